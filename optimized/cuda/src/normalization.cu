@@ -1,0 +1,114 @@
+// CUDA kernels of chapter 01's LayerNorm and RMSNorm. No xtensor here.
+
+#include "check.cuh"
+#include "tvlab/cuda/norm_device.hpp"
+
+namespace tvlab::cuda::device {
+namespace {
+
+using tvlab::cuda::detail::block_sum;
+constexpr int kThreads = 256;
+
+// One block per row. mean (LayerNorm only) and 1/sigma by block reductions, then
+// y = gamma * (x - mean) * rstd (+ beta) in the same kernel.
+template <bool kLayerNorm>
+__global__ void norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, int cols,
+                                    float eps) {
+  __shared__ float scratch[32];
+  const float* xr = x + static_cast<long long>(blockIdx.x) * cols;
+  float* yr = y + static_cast<long long>(blockIdx.x) * cols;
+  float mean = 0.0f;
+  if (kLayerNorm) {
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+    mean = block_sum(s, scratch) / cols;
+  }
+  float sq = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+  const float rstd = rsqrtf(block_sum(sq, scratch) / cols + eps);
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float v = gamma[j] * ((xr[j] - mean) * rstd);
+    yr[j] = kLayerNorm ? v + beta[j] : v;
+  }
+}
+
+// dx per row: g = gamma * dy, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); RMSNorm drops
+// the mean(g) term and has mean = 0. Also stores (mean, rstd) for the column kernel.
+template <bool kLayerNorm>
+__global__ void norm_backward_rows_kernel(const float* x, const float* gamma, const float* dy, float* dx,
+                                          float* stats, int cols, float eps) {
+  __shared__ float scratch[32];
+  const long long offset = static_cast<long long>(blockIdx.x) * cols;
+  const float *xr = x + offset, *dyr = dy + offset;
+  float* dxr = dx + offset;
+  float mean = 0.0f;
+  if (kLayerNorm) {
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+    mean = block_sum(s, scratch) / cols;
+  }
+  float sq = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+  const float rstd = rsqrtf(block_sum(sq, scratch) / cols + eps);
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float g = gamma[j] * dyr[j];
+    sum_g += g;
+    sum_gx += g * (xr[j] - mean) * rstd;
+  }
+  const float mean_g = kLayerNorm ? block_sum(sum_g, scratch) / cols : 0.0f;
+  const float mean_gx = block_sum(sum_gx, scratch) / cols;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float xhat = (xr[j] - mean) * rstd;
+    dxr[j] = rstd * (gamma[j] * dyr[j] - mean_g - xhat * mean_gx);
+  }
+  if (threadIdx.x == 0) {
+    stats[2 * blockIdx.x] = mean;
+    stats[2 * blockIdx.x + 1] = rstd;
+  }
+}
+
+// dgamma_j = sum_t dy[t, j] xhat[t, j], dbeta_j = sum_t dy[t, j]: one thread per column.
+__global__ void norm_backward_columns_kernel(const float* x, const float* dy, const float* stats, float* dgamma,
+                                             float* dbeta, int rows, int cols) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  float dg = 0.0f, db = 0.0f;
+  for (int t = 0; t < rows; ++t) {
+    const long long idx = static_cast<long long>(t) * cols + j;
+    dg += dy[idx] * (x[idx] - stats[2 * t]) * stats[2 * t + 1];
+    db += dy[idx];
+  }
+  dgamma[j] = dg;
+  if (dbeta) dbeta[j] = db;
+}
+
+template <bool kLayerNorm>
+void backward(const NormBackwardArgs& a) {
+  norm_backward_rows_kernel<kLayerNorm><<<static_cast<unsigned>(a.rows), kThreads>>>(
+      a.x, a.gamma, a.dy, a.dx, a.stats, static_cast<int>(a.cols), a.eps);
+  TVLAB_CUDA_CHECK(cudaGetLastError());
+  const unsigned blocks = static_cast<unsigned>((a.cols + kThreads - 1) / kThreads);
+  norm_backward_columns_kernel<<<blocks, kThreads>>>(a.x, a.dy, a.stats, a.dgamma, kLayerNorm ? a.dbeta : nullptr,
+                                                      static_cast<int>(a.rows), static_cast<int>(a.cols));
+  TVLAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void layer_norm_forward(const NormArgs& a) {
+  norm_forward_kernel<true><<<static_cast<unsigned>(a.rows), kThreads>>>(a.x, a.gamma, a.beta, a.y,
+                                                                          static_cast<int>(a.cols), a.eps);
+  TVLAB_CUDA_CHECK(cudaGetLastError());
+}
+
+void rms_norm_forward(const NormArgs& a) {
+  norm_forward_kernel<false><<<static_cast<unsigned>(a.rows), kThreads>>>(a.x, a.gamma, nullptr, a.y,
+                                                                           static_cast<int>(a.cols), a.eps);
+  TVLAB_CUDA_CHECK(cudaGetLastError());
+}
+
+void layer_norm_backward(const NormBackwardArgs& a) { backward<true>(a); }
+void rms_norm_backward(const NormBackwardArgs& a) { backward<false>(a); }
+
+}  // namespace tvlab::cuda::device

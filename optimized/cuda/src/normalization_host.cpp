@@ -1,0 +1,91 @@
+// Host-tensor entry points of the CUDA normalizations: validate, upload, launch, download.
+
+#include "tvlab/cuda/norm_device.hpp"
+#include "tvlab/cuda/normalization.hpp"
+#include "tvlab/cuda/runtime.hpp"
+
+namespace tvlab::cuda {
+namespace {
+
+Tensor2 forward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const Tensor1* beta, double eps) {
+  DeviceBuffer<float> dx(x.data(), x.size()), dgamma(gamma.data(), gamma.size()), dy(x.size());
+  DeviceBuffer<float> dbeta;
+  if (beta) dbeta = DeviceBuffer<float>(beta->data(), beta->size());
+  device::NormArgs args;
+  args.x = dx.get();
+  args.gamma = dgamma.get();
+  args.beta = dbeta.get();
+  args.y = dy.get();
+  args.rows = x.shape()[0];
+  args.cols = x.shape()[1];
+  args.eps = static_cast<float>(eps);
+  if (layer_norm) {
+    device::layer_norm_forward(args);
+  } else {
+    device::rms_norm_forward(args);
+  }
+  Tensor2 y = Tensor2::from_shape({args.rows, args.cols});
+  dy.download(y.data());
+  return y;
+}
+
+// Runs the backward kernels; returns dx and fills dgamma (and dbeta when given).
+Tensor2 backward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps,
+                 Tensor1& dgamma, Tensor1* dbeta) {
+  const std::size_t rows = x.shape()[0], cols = x.shape()[1];
+  DeviceBuffer<float> dev_x(x.data(), x.size()), dev_gamma(gamma.data(), gamma.size()), dev_dy(dy.data(), dy.size());
+  DeviceBuffer<float> dev_dx(x.size()), dev_dgamma(cols), dev_dbeta(cols), stats(2 * rows);
+  device::NormBackwardArgs args;
+  args.x = dev_x.get();
+  args.gamma = dev_gamma.get();
+  args.dy = dev_dy.get();
+  args.dx = dev_dx.get();
+  args.dgamma = dev_dgamma.get();
+  args.dbeta = dev_dbeta.get();
+  args.stats = stats.get();
+  args.rows = rows;
+  args.cols = cols;
+  args.eps = static_cast<float>(eps);
+  if (layer_norm) {
+    device::layer_norm_backward(args);
+  } else {
+    device::rms_norm_backward(args);
+  }
+  Tensor2 dx = Tensor2::from_shape({rows, cols});
+  dev_dx.download(dx.data());
+  dgamma = Tensor1::from_shape({cols});
+  dev_dgamma.download(dgamma.data());
+  if (dbeta) {
+    *dbeta = Tensor1::from_shape({cols});
+    dev_dbeta.download(dbeta->data());
+  }
+  return dx;
+}
+
+}  // namespace
+
+Tensor2 layer_norm(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, double eps) {
+  validate_norm("layer_norm", x, gamma, &beta, nullptr, eps);
+  return forward(true, x, gamma, &beta, eps);
+}
+
+Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
+  validate_norm("rms_norm", x, gamma, nullptr, nullptr, eps);
+  return forward(false, x, gamma, nullptr, eps);
+}
+
+LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
+  validate_norm("layer_norm_backward", x, gamma, nullptr, &dy, eps);
+  LayerNormGrads g;
+  g.dx = backward(true, x, gamma, dy, eps, g.dgamma, &g.dbeta);
+  return g;
+}
+
+RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
+  validate_norm("rms_norm_backward", x, gamma, nullptr, &dy, eps);
+  RmsNormGrads g;
+  g.dx = backward(false, x, gamma, dy, eps, g.dgamma, nullptr);
+  return g;
+}
+
+}  // namespace tvlab::cuda

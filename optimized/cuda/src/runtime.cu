@@ -1,0 +1,57 @@
+#include "check.cuh"
+#include "tvlab/cuda/runtime.hpp"
+
+namespace tvlab::cuda {
+
+bool device_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::string device_description() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
+  if (count == 0) return "no CUDA device";
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+         std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
+}
+
+namespace device {
+
+void* malloc_bytes(std::size_t bytes) {
+  void* ptr = nullptr;
+  TVLAB_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  return ptr;
+}
+void free_bytes(void* ptr) noexcept {
+  if (ptr) cudaFree(ptr);
+}
+void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  TVLAB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  TVLAB_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void fill_bytes(void* dst, int value, std::size_t bytes) { TVLAB_CUDA_CHECK(cudaMemset(dst, value, bytes)); }
+void synchronize() { TVLAB_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace device
+
+namespace detail {
+
+cublasHandle_t cublas_handle() {
+  static cublasHandle_t handle = [] {
+    cublasHandle_t h = nullptr;
+    TVLAB_CUBLAS_CHECK(cublasCreate(&h));
+    // Plain FP32 (no TF32 tensor cores), so results stay within the float tolerance of the reference.
+    TVLAB_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    return h;
+  }();
+  return handle;
+}
+
+}  // namespace detail
+}  // namespace tvlab::cuda

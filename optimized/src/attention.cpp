@@ -1,0 +1,97 @@
+#include "tvlab/opt/attention.hpp"
+
+#include <omp.h>
+
+#include <limits>
+#include <vector>
+
+#include "detail/blas.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/opt/softmax.hpp"
+
+namespace tvlab::opt {
+namespace {
+
+// One head: S = scale * Q K^T (SGEMM), mask in place, softmax per row, O = P V (SGEMM).
+void attention_one_head(const float* q, const float* k, const float* v, float* o, std::size_t seq_q,
+                        std::size_t seq_k, std::size_t head_dim, std::size_t head_dim_v, float scale,
+                        const AttentionConfig& cfg, float* scores) {
+  detail::sgemm(seq_q, seq_k, head_dim, scale, q, head_dim, k, head_dim, /*transpose_b=*/true, 0.0f, scores, seq_k);
+  const bool any_mask = cfg.causal || cfg.mask || cfg.additive_mask;
+  if (any_mask) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < seq_q; ++i) {
+      float* row = scores + i * seq_k;
+      if (cfg.additive_mask)
+        for (std::size_t j = 0; j < seq_k; ++j) row[j] += (*cfg.additive_mask)(i, j);
+      for (std::size_t j = 0; j < seq_k; ++j)
+        if (!attention_allowed(cfg, seq_q, seq_k, i, j)) row[j] = neg_inf;
+    }
+  }
+  for (std::size_t i = 0; i < seq_q; ++i) softmax_row_inplace(scores + i * seq_k, seq_k);
+  detail::sgemm(seq_q, head_dim_v, seq_k, 1.0f, scores, seq_k, v, head_dim_v, false, 0.0f, o, head_dim_v);
+}
+
+}  // namespace
+
+Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                     const AttentionConfig& cfg) {
+  const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
+  Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
+
+  // Parallel over heads when there are enough of them; otherwise let OpenBLAS thread each SGEMM.
+  const bool parallel_heads = heads > 1 && omp_get_max_threads() > 1;
+  auto run_heads = [&] {
+#pragma omp parallel if (parallel_heads)
+    {
+      std::vector<float> scores(seq_q * seq_k);  // the n x n matrix this chapter is about
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t h = 0; h < static_cast<std::ptrdiff_t>(heads); ++h) {
+        const auto hh = static_cast<std::size_t>(h);
+        attention_one_head(q.data() + hh * seq_q * head_dim, k.data() + hh * seq_k * head_dim,
+                           v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q, seq_k,
+                           head_dim, head_dim_v, scale, cfg, scores.data());
+      }
+    }
+  };
+  if (parallel_heads) {
+    detail::SingleThreadedBlas single;
+    run_heads();
+  } else {
+    run_heads();
+  }
+  return out;
+}
+
+Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,
+                             const AttentionConfig& cfg) {
+  const std::size_t head_dim = validate_mha("multi_head_attention", x_q, x_kv, w, num_heads);
+  const std::size_t heads = static_cast<std::size_t>(num_heads), inner = heads * head_dim;
+  const std::size_t seq_q = x_q.shape()[0], seq_k = x_kv.shape()[0], d_model = x_q.shape()[1];
+
+  // [seq, d_model] x [d_model, inner] -> [seq, inner], then split the columns into heads.
+  auto project = [&](const Tensor2& x, const Tensor2& weight, std::size_t seq) {
+    std::vector<float> flat(seq * inner);
+    detail::sgemm(seq, inner, d_model, 1.0f, x.data(), d_model, weight.data(), inner, false, 0.0f, flat.data(), inner);
+    Tensor3 t = Tensor3::from_shape({heads, seq, head_dim});
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < seq; ++i)
+        for (std::size_t d = 0; d < head_dim; ++d) t(h, i, d) = flat[i * inner + h * head_dim + d];
+    return t;
+  };
+  const Tensor3 heads_out =
+      scaled_dot_product_attention(project(x_q, w.w_q, seq_q), project(x_kv, w.w_k, seq_k), project(x_kv, w.w_v, seq_k), cfg);
+
+  // Concatenate the heads back to [seq_q, inner], then one SGEMM with W_o.
+  std::vector<float> concat(seq_q * inner);
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < seq_q; ++i)
+      for (std::size_t d = 0; d < head_dim; ++d) concat[i * inner + h * head_dim + d] = heads_out(h, i, d);
+  Tensor2 y = Tensor2::from_shape({seq_q, d_model});
+  detail::sgemm(seq_q, d_model, inner, 1.0f, concat.data(), inner, w.w_o.data(), d_model, false, 0.0f, y.data(), d_model);
+  return y;
+}
+
+}  // namespace tvlab::opt

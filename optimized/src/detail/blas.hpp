@@ -1,0 +1,32 @@
+#pragma once
+// Internal helpers around OpenBLAS used by the optimized CPU code.
+
+#include <cblas.h>
+
+#include <cstddef>
+
+namespace tvlab::opt::detail {
+
+/// C[m, n] = alpha * A[m, k] * B[k, n] + beta * C, all row-major, B optionally transposed
+/// (then B is stored [n, k]). Leading dimensions are the row lengths in memory.
+inline void sgemm(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
+                  const float* b, std::size_t ldb, bool transpose_b, float beta, float* c, std::size_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+              beta, c, static_cast<int>(ldc));
+}
+
+/// While alive, OpenBLAS runs single-threaded: used around OpenMP regions that call SGEMM
+/// from several threads, so the two thread pools do not oversubscribe the cores.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+  ~SingleThreadedBlas() { openblas_set_num_threads(saved_); }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace tvlab::opt::detail

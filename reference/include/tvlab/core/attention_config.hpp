@@ -1,0 +1,55 @@
+#pragma once
+/// @file
+/// Configuration shared by every attention implementation (`ref`, `opt`, `cuda`, `student`).
+
+#include <optional>
+
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab {
+
+/// How scaled dot-product attention scores are formed and masked.
+///
+/// Scores are \f$ S = \text{scale}\cdot QK^\top + B \f$ where \f$ B \f$ is the additive mask
+/// (if any), then entries forbidden by the causal rule (\f$ j > i + (n_k - n_q) \f$) or by
+/// the boolean mask (`false`) are set to \f$ -\infty \f$. A row with every entry forbidden
+/// produces an output of zeros (FlashAttention's convention), never NaN.
+struct AttentionConfig {
+  bool causal = false;                  ///< query i sees keys j <= i + (seq_k - seq_q)
+  std::optional<double> scale;          ///< default \f$ 1/\sqrt{d_k} \f$ (d_k = head_dim)
+  std::optional<Mask2> mask;            ///< `[seq_q, seq_k]`, true = may attend (all heads)
+  std::optional<Tensor2> additive_mask; ///< `[seq_q, seq_k]`, added to the scaled scores; -inf forbids
+};
+
+/// Projection weights of multi-head attention, stored so that \f$ Q = X W_q \f$:
+/// `w_q`, `w_k`, `w_v` are `[d_model, num_heads * head_dim]`, `w_o` is `[num_heads * head_dim, d_model]`.
+struct MhaWeights {
+  Tensor2 w_q, w_k, w_v, w_o;
+};
+
+}  // namespace tvlab
+
+namespace tvlab {
+
+/// Checks q, k, v and cfg for `function` and returns the score scale to use.
+/// Throws `tvlab::Error` naming the parameter: ranks, matching heads/head_dim/seq_k,
+/// empty tensors, non-finite values, mask shapes, a non-positive or non-finite scale.
+double validate_attention(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                          const AttentionConfig& cfg);
+
+/// Checks the inputs of multi-head attention and returns head_dim = d_model_out / num_heads.
+std::size_t validate_mha(const char* function, const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w,
+                         int num_heads);
+
+/// Whether query `i` may look at key `j` under the causal rule and the boolean mask.
+/// With seq_q != seq_k the causal diagonal is aligned to the bottom right, as in
+/// FlashAttention and PyTorch's `is_causal` with a KV cache: key j is visible to query i
+/// when \f$ j \le i + (n_k - n_q) \f$.
+inline bool attention_allowed(const AttentionConfig& cfg, std::size_t seq_q, std::size_t seq_k, std::size_t i,
+                              std::size_t j) {
+  if (cfg.causal && j + seq_q > i + seq_k) return false;
+  if (cfg.mask && !(*cfg.mask)(i, j)) return false;
+  return true;
+}
+
+}  // namespace tvlab

@@ -1,0 +1,54 @@
+#pragma once
+/// @file
+/// Comparing a float result with a double-precision oracle, element by element:
+/// an element passes when \f$ |x - x_{ref}| \le atol + rtol\,|x_{ref}| \f$.
+/// The report names the worst element by coordinates, so a failure message can say
+/// "worst at (h=1, i=37, d=5)".
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab {
+
+struct Tolerance {
+  double atol = 1e-6;
+  double rtol = 1e-6;
+};
+
+struct Mismatch {
+  std::vector<std::size_t> index;
+  double actual = 0.0;
+  double expected = 0.0;
+};
+
+struct CompareReport {
+  std::vector<std::size_t> shape;
+  double max_abs_error = 0.0;
+  double max_rel_error = 0.0;           ///< |x - ref| / |ref| over elements with ref != 0
+  std::vector<std::size_t> worst_index; ///< element with the largest excess over its tolerance
+  std::size_t mismatches = 0;           ///< elements outside the tolerance (NaN counts)
+  std::size_t shape_mismatch = 0;       ///< 1 when the shapes differ (nothing else is compared)
+  std::vector<Mismatch> first_mismatches;  ///< up to 5, in row-major order
+  Tolerance tolerance;
+
+  bool ok() const { return shape_mismatch == 0 && mismatches == 0; }
+  /// Multi-line description; `axis_names` such as {"h", "i", "d"} label the coordinates.
+  std::string describe(const std::vector<std::string>& axis_names = {}) const;
+};
+
+/// Compares any float tensor with a double tensor of the same rank.
+CompareReport compare(const std::vector<std::size_t>& shape, const float* actual,
+                      const std::vector<std::size_t>& expected_shape, const double* expected, Tolerance tol);
+
+template <class A, class E>
+CompareReport compare(const A& actual, const E& expected, Tolerance tol) {
+  return compare(shape_of(actual), actual.data(), shape_of(expected), expected.data(), tol);
+}
+
+/// "(h=1, i=37, d=5)" or "(1, 37, 5)" without names.
+std::string format_index(const std::vector<std::size_t>& index, const std::vector<std::string>& axis_names);
+
+}  // namespace tvlab

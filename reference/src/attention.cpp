@@ -1,0 +1,90 @@
+#include "tvlab/ref/attention.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab::ref {
+
+Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                     const AttentionConfig& cfg) {
+  const double scale = validate_attention("scaled_dot_product_attention", q, k, v, cfg);
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+
+  Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
+  std::vector<double> s(seq_k);  // one row of scores, then of probabilities
+  for (std::size_t h = 0; h < heads; ++h) {
+    for (std::size_t i = 0; i < seq_q; ++i) {
+      // S_ij = scale * sum_d Q_id K_jd + B_ij, or -inf where the mask forbids j.
+      double m = neg_inf;
+      for (std::size_t j = 0; j < seq_k; ++j) {
+        if (!attention_allowed(cfg, seq_q, seq_k, i, j)) {
+          s[j] = neg_inf;
+          continue;
+        }
+        double dot = 0.0;
+        for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q(h, i, d)) * k(h, j, d);
+        s[j] = scale * dot + (cfg.additive_mask ? static_cast<double>((*cfg.additive_mask)(i, j)) : 0.0);
+        m = std::max(m, s[j]);
+      }
+      // P_ij = exp(S_ij - m_i) / sum_j exp(S_ij - m_i); a fully masked row has output 0.
+      if (m == neg_inf) {
+        for (std::size_t d = 0; d < head_dim_v; ++d) out(h, i, d) = 0.0f;
+        continue;
+      }
+      double l = 0.0;
+      for (std::size_t j = 0; j < seq_k; ++j) {
+        s[j] = std::exp(s[j] - m);
+        l += s[j];
+      }
+      // O_id = sum_j P_ij V_jd.
+      for (std::size_t d = 0; d < head_dim_v; ++d) {
+        double acc = 0.0;
+        for (std::size_t j = 0; j < seq_k; ++j) acc += s[j] * v(h, j, d);
+        out(h, i, d) = static_cast<float>(acc / l);
+      }
+    }
+  }
+  return out;
+}
+
+Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,
+                             const AttentionConfig& cfg) {
+  const std::size_t head_dim = validate_mha("multi_head_attention", x_q, x_kv, w, num_heads);
+  const std::size_t heads = static_cast<std::size_t>(num_heads);
+  const std::size_t seq_q = x_q.shape()[0], seq_k = x_kv.shape()[0], d_model = x_q.shape()[1];
+
+  // Q^(h)_id = sum_c X_q[i, c] W_q[c, h*d_k + d]   (and the same for K, V from X_kv).
+  auto project = [&](const Tensor2& x, const Tensor2& weight, std::size_t seq) {
+    Tensor3 t = Tensor3::from_shape({heads, seq, head_dim});
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < seq; ++i)
+        for (std::size_t d = 0; d < head_dim; ++d) {
+          double acc = 0.0;
+          for (std::size_t c = 0; c < d_model; ++c) acc += static_cast<double>(x(i, c)) * weight(c, h * head_dim + d);
+          t(h, i, d) = static_cast<float>(acc);
+        }
+    return t;
+  };
+  const Tensor3 q = project(x_q, w.w_q, seq_q);
+  const Tensor3 k = project(x_kv, w.w_k, seq_k);
+  const Tensor3 v = project(x_kv, w.w_v, seq_k);
+  const Tensor3 heads_out = scaled_dot_product_attention(q, k, v, cfg);
+
+  // Y_ic = sum_h sum_d head_h[i, d] W_o[h*d_k + d, c]  (concatenate the heads, then project).
+  Tensor2 y = Tensor2::from_shape({seq_q, d_model});
+  for (std::size_t i = 0; i < seq_q; ++i)
+    for (std::size_t c = 0; c < d_model; ++c) {
+      double acc = 0.0;
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t d = 0; d < head_dim; ++d) acc += static_cast<double>(heads_out(h, i, d)) * w.w_o(h * head_dim + d, c);
+      y(i, c) = static_cast<float>(acc);
+    }
+  return y;
+}
+
+}  // namespace tvlab::ref

@@ -1,0 +1,68 @@
+#include "tvlab/core/attention_config.hpp"
+
+#include <cmath>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab {
+
+double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                          const AttentionConfig& cfg) {
+  require_nonempty(fn, "q", q);
+  require_nonempty(fn, "k", k);
+  require_nonempty(fn, "v", v);
+  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "k", k, 2, "head_dim", q.shape()[2], "the head_dim of q");
+  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
+  require_finite(fn, "q", q);
+  require_finite(fn, "k", k);
+  require_finite(fn, "v", v);
+  const std::size_t seq_q = q.shape()[1], seq_k = k.shape()[1];
+  if (cfg.causal) {
+    require(seq_q <= seq_k, fn, "causal attention needs seq_q (", seq_q, ") <= seq_k (", seq_k,
+            "): the causal diagonal is aligned to the last key");
+  }
+  if (cfg.mask) {
+    require(cfg.mask->shape()[0] == seq_q && cfg.mask->shape()[1] == seq_k, fn, "mask has shape ",
+            shape_string_of(*cfg.mask), ", expected [seq_q, seq_k] = [", seq_q, ", ", seq_k, "]");
+  }
+  if (cfg.additive_mask) {
+    const auto& b = *cfg.additive_mask;
+    require(b.shape()[0] == seq_q && b.shape()[1] == seq_k, fn, "additive_mask has shape ", shape_string_of(b),
+            ", expected [seq_q, seq_k] = [", seq_q, ", ", seq_k, "]");
+    for (float x : b) {
+      require(!std::isnan(x) && x != INFINITY, fn, "additive_mask contains ", x,
+              "; only finite values and -inf (forbidden) are allowed");
+    }
+  }
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape()[2])));
+  require(std::isfinite(scale) && scale > 0.0, fn, "scale (", scale, ") must be positive and finite");
+  return scale;
+}
+
+std::size_t validate_mha(const char* fn, const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w,
+                         int num_heads) {
+  require_positive(fn, "num_heads", num_heads);
+  require_nonempty(fn, "x_q", x_q);
+  require_nonempty(fn, "x_kv", x_kv);
+  const std::size_t d_model = x_q.shape()[1];
+  require_dim(fn, "x_kv", x_kv, 1, "d_model", d_model, "the d_model of x_q");
+  require_nonempty(fn, "w_q", w.w_q);
+  const std::size_t inner = w.w_q.shape()[1];
+  require_dim(fn, "w_q", w.w_q, 0, "rows", d_model, "d_model");
+  require_dim(fn, "w_k", w.w_k, 0, "rows", d_model, "d_model");
+  require_dim(fn, "w_v", w.w_v, 0, "rows", d_model, "d_model");
+  require_dim(fn, "w_k", w.w_k, 1, "columns", inner, "the columns of w_q, num_heads * head_dim");
+  require_dim(fn, "w_v", w.w_v, 1, "columns", inner, "the columns of w_q, num_heads * head_dim");
+  require_dim(fn, "w_o", w.w_o, 0, "rows", inner, "num_heads * head_dim");
+  require_dim(fn, "w_o", w.w_o, 1, "columns", d_model, "d_model");
+  require(inner % static_cast<std::size_t>(num_heads) == 0, fn, "num_heads * head_dim (", inner,
+          ", the columns of w_q) must be a multiple of num_heads (", num_heads, ")");
+  require_finite(fn, "x_q", x_q);
+  require_finite(fn, "x_kv", x_kv);
+  for (const auto* p : {&w.w_q, &w.w_k, &w.w_v, &w.w_o}) require_finite(fn, "weights", *p);
+  return inner / static_cast<std::size_t>(num_heads);
+}
+
+}  // namespace tvlab

@@ -1,0 +1,92 @@
+#include "tvlab/core/compare.hpp"
+
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+namespace tvlab {
+namespace {
+
+std::vector<std::size_t> unravel(std::size_t flat, const std::vector<std::size_t>& shape) {
+  std::vector<std::size_t> index(shape.size(), 0);
+  for (std::size_t axis = shape.size(); axis-- > 0;) {
+    index[axis] = flat % shape[axis];
+    flat /= shape[axis];
+  }
+  return index;
+}
+
+}  // namespace
+
+std::string format_index(const std::vector<std::size_t>& index, const std::vector<std::string>& axis_names) {
+  std::ostringstream out;
+  out << '(';
+  for (std::size_t i = 0; i < index.size(); ++i) {
+    if (i) out << ", ";
+    if (i < axis_names.size()) out << axis_names[i] << '=';
+    out << index[i];
+  }
+  out << ')';
+  return out.str();
+}
+
+CompareReport compare(const std::vector<std::size_t>& shape, const float* actual,
+                      const std::vector<std::size_t>& expected_shape, const double* expected, Tolerance tol) {
+  CompareReport report;
+  report.shape = shape;
+  report.tolerance = tol;
+  if (shape != expected_shape) {
+    report.shape_mismatch = 1;
+    return report;
+  }
+  std::size_t count = 1;
+  for (auto s : shape) count *= s;
+  double worst_excess = -std::numeric_limits<double>::infinity();
+  std::size_t worst_flat = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double x = actual[i];
+    const double ref = expected[i];
+    const double err = std::fabs(x - ref);
+    const double allowed = tol.atol + tol.rtol * std::fabs(ref);
+    // A NaN compares false with everything: count it explicitly as a mismatch.
+    const bool bad = !(err <= allowed) && !(x == ref);
+    const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity() : err - allowed;
+    if (!std::isnan(err)) {
+      report.max_abs_error = std::max(report.max_abs_error, err);
+      if (ref != 0.0) report.max_rel_error = std::max(report.max_rel_error, err / std::fabs(ref));
+    } else {
+      report.max_abs_error = std::numeric_limits<double>::quiet_NaN();
+    }
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst_flat = i;
+    }
+    if (bad) {
+      ++report.mismatches;
+      if (report.first_mismatches.size() < 5) report.first_mismatches.push_back({unravel(i, shape), x, ref});
+    }
+  }
+  if (count > 0) report.worst_index = unravel(worst_flat, shape);
+  return report;
+}
+
+std::string CompareReport::describe(const std::vector<std::string>& axis_names) const {
+  std::ostringstream out;
+  out << std::setprecision(9);
+  if (shape_mismatch) {
+    out << "shape " << shape_string(shape) << " does not match the expected shape";
+    return out.str();
+  }
+  out << "shape " << shape_string(shape) << ", tolerance |x - ref| <= " << tolerance.atol << " + "
+      << tolerance.rtol << " * |ref|\n"
+      << "max abs error " << max_abs_error << ", max rel error " << max_rel_error << ", worst at "
+      << format_index(worst_index, axis_names) << "\n"
+      << mismatches << " element(s) outside the tolerance";
+  for (const auto& m : first_mismatches) {
+    out << "\n  at " << format_index(m.index, axis_names) << ": got " << m.actual << ", expected " << m.expected;
+  }
+  return out.str();
+}
+
+}  // namespace tvlab
