@@ -58,13 +58,13 @@ double Rng::normal() {
   return u * factor;
 }
 
-Tensor1 Rng::normal_tensor(std::size_t n, double mean, double stddev) {
+Tensor1 Rng::normal_vector(std::size_t n, double mean, double stddev) {
   Tensor1 t = Tensor1::from_shape({n});
   for (auto& x : t) x = static_cast<float>(mean + stddev * normal());
   return t;
 }
 
-Tensor2 Rng::normal_tensor(std::size_t rows, std::size_t cols, double mean, double stddev) {
+Tensor2 Rng::normal_matrix(std::size_t rows, std::size_t cols, double mean, double stddev) {
   Tensor2 t = Tensor2::from_shape({rows, cols});
   for (auto& x : t) x = static_cast<float>(mean + stddev * normal());
   return t;

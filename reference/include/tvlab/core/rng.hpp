@@ -24,9 +24,9 @@ class Rng {
   /// Standard normal N(0, 1) by the Marsaglia polar method (pairs cached).
   double normal();
 
-  /// A `[rows, cols]` (etc.) tensor of N(mean, stddev^2) samples, drawn in row-major order.
-  Tensor1 normal_tensor(std::size_t n, double mean = 0.0, double stddev = 1.0);
-  Tensor2 normal_tensor(std::size_t rows, std::size_t cols, double mean = 0.0, double stddev = 1.0);
+  /// Tensors of N(mean, stddev^2) samples, drawn in row-major order.
+  Tensor1 normal_vector(std::size_t n, double mean = 0.0, double stddev = 1.0);
+  Tensor2 normal_matrix(std::size_t rows, std::size_t cols, double mean = 0.0, double stddev = 1.0);
   Tensor3 normal_tensor(std::size_t a, std::size_t b, std::size_t c, double mean = 0.0, double stddev = 1.0);
 
  private:

@@ -1,0 +1,133 @@
+// The shared core: deterministic RNG, comparison reports, bf16/fp16 round trips, error messages.
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "tvlab/core/compare.hpp"
+#include "tvlab/core/dtype.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+
+namespace tvlab {
+namespace {
+
+TEST(Core, rng_is_deterministic_and_platform_independent) {
+  // SplitMix64 of seed 0 gives 0xe220a8397b1dcdaf as the first word (reference value of the
+  // published algorithm), so the state initialisation is checked bit for bit.
+  std::uint64_t x = 0;
+  x += 0x9e3779b97f4a7c15ULL;
+  std::uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  EXPECT_EQ(z ^ (z >> 31), 0xe220a8397b1dcdafULL);
+  Rng a(42), b(42), c(43);
+  for (int i = 0; i < 100; ++i) {
+    const auto va = a.next_u64();
+    EXPECT_EQ(va, b.next_u64());
+    EXPECT_NE(va, c.next_u64());
+  }
+}
+
+TEST(Core, normal_samples_have_unit_moments) {
+  Rng rng(7);
+  const int n = 200000;
+  double sum = 0, sum_sq = 0, sum_4 = 0;
+  for (int i = 0; i < n; ++i) {
+    const double x = rng.normal();
+    sum += x;
+    sum_sq += x * x;
+    sum_4 += x * x * x * x;
+  }
+  // Standard errors: mean 1/sqrt(n) = 0.0022, variance sqrt(2/n) = 0.0032, 4th moment sqrt(96/n) = 0.022.
+  EXPECT_NEAR(sum / n, 0.0, 0.011);
+  EXPECT_NEAR(sum_sq / n, 1.0, 0.016);
+  EXPECT_NEAR(sum_4 / n, 3.0, 0.11);
+}
+
+TEST(Core, uniform_is_in_the_unit_interval) {
+  Rng rng(3);
+  for (int i = 0; i < 10000; ++i) {
+    const double u = rng.uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+}
+
+TEST(Core, compare_reports_worst_index_and_nan) {
+  Tensor2 actual = {{1.0f, 2.0f}, {3.0f, 4.5f}};
+  DTensor2 expected = {{1.0, 2.0}, {3.0, 4.0}};
+  auto report = compare(actual, expected, {1e-6, 1e-6});
+  EXPECT_FALSE(report.ok());
+  EXPECT_EQ(report.mismatches, 1u);
+  EXPECT_EQ(report.worst_index, (std::vector<std::size_t>{1, 1}));
+  EXPECT_DOUBLE_EQ(report.max_abs_error, 0.5);
+  EXPECT_NE(report.describe({"i", "j"}).find("(i=1, j=1)"), std::string::npos);
+  actual(0, 0) = std::numeric_limits<float>::quiet_NaN();
+  report = compare(actual, expected, {1e-6, 1e-6});
+  EXPECT_EQ(report.mismatches, 2u) << "a NaN must count as a mismatch";
+  EXPECT_EQ(report.worst_index, (std::vector<std::size_t>{0, 0}));
+  const Tensor1 wrong_shape = {1.0f};
+  const DTensor1 two = {1.0, 2.0};
+  EXPECT_FALSE(compare(wrong_shape, two, {}).ok());
+}
+
+// Round to nearest even, computed from the definition: among the two neighbours in the
+// format, pick the closer; on a tie, the one with an even last bit.
+float round_via_neighbours(float x, int mantissa_bits, int min_exponent) {
+  const double v = x;
+  int e = std::ilogb(v);
+  e = std::max(e, min_exponent);
+  const double ulp = std::ldexp(1.0, e - mantissa_bits);
+  const double lo = std::floor(v / ulp) * ulp, hi = lo + ulp;
+  if (v - lo < hi - v) return static_cast<float>(lo);
+  if (hi - v < v - lo) return static_cast<float>(hi);
+  return static_cast<float>(std::fmod(lo / ulp, 2.0) == 0.0 ? lo : hi);
+}
+
+TEST(Core, bf16_round_trip_is_round_to_nearest_even) {
+  Rng rng(9);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(rng.normal() * std::pow(10.0, rng.uniform(-6, 6)));
+    ASSERT_EQ(round_to_bf16(x), round_via_neighbours(x, 7, -126)) << "x = " << x;
+  }
+  // Exact ties: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7; the even neighbour is 1.
+  EXPECT_EQ(round_to_bf16(1.0f + 0x1.0p-8f), 1.0f);
+  EXPECT_EQ(round_to_bf16(1.0f + 3 * 0x1.0p-8f), 1.0f + 0x1.0p-6f);
+  EXPECT_TRUE(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(round_to_bf16(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+}
+
+TEST(Core, fp16_round_trip_is_round_to_nearest_even) {
+  Rng rng(10);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(rng.normal() * std::pow(2.0, rng.uniform(-26, 13)));
+    ASSERT_EQ(round_to_fp16(x), round_via_neighbours(x, 10, -14)) << "x = " << x;
+  }
+  EXPECT_EQ(round_to_fp16(65504.0f), 65504.0f);                          // the largest fp16
+  EXPECT_EQ(round_to_fp16(65519.0f), 65504.0f);                          // below the halfway point
+  EXPECT_TRUE(std::isinf(round_to_fp16(65520.0f)));                      // halfway rounds to even = inf
+  EXPECT_EQ(round_to_fp16(0x1.0p-24f), 0x1.0p-24f);                      // smallest subnormal
+  EXPECT_EQ(round_to_fp16(0x1.0p-25f), 0.0f);                            // tie to even (zero)
+  EXPECT_EQ(round_to_fp16(0x1.8p-25f), 0x1.0p-24f);
+  EXPECT_EQ(float_to_fp16_bits(1.0f), 0x3C00);
+  EXPECT_EQ(float_to_fp16_bits(-2.0f), 0xC000);
+  EXPECT_TRUE(std::isnan(round_to_fp16(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(Core, error_messages_name_function_and_parameter) {
+  try {
+    require_positive("gqa", "num_heads", -3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "gqa: num_heads (-3) must be positive");
+  }
+  const NotImplemented ni("exercise 00.1: softmax");
+  EXPECT_STREQ(ni.what(), "not implemented: exercise 00.1: softmax");
+}
+
+}  // namespace
+}  // namespace tvlab

@@ -1,0 +1,122 @@
+#include "oracle.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace tvlab::ch00 {
+namespace {
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// S_ij in double with every mask folded in: -inf where forbidden.
+DTensor2 scores(const Tensor3& q, const Tensor3& k, const AttentionConfig& cfg, std::size_t h) {
+  const std::size_t nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2];
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  DTensor2 s = DTensor2::from_shape({nq, nk});
+  for (std::size_t i = 0; i < nq; ++i)
+    for (std::size_t j = 0; j < nk; ++j) {
+      const bool causal_ok = !cfg.causal || (static_cast<long>(j) - static_cast<long>(i) <=
+                                             static_cast<long>(nk) - static_cast<long>(nq));
+      const bool mask_ok = !cfg.mask || (*cfg.mask)(i, j);
+      double dot = 0.0;
+      for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q(h, i, c)) * static_cast<double>(k(h, j, c));
+      double value = scale * dot;
+      if (cfg.additive_mask) value += (*cfg.additive_mask)(i, j);
+      s(i, j) = (causal_ok && mask_ok) ? value : kNegInf;
+    }
+  return s;
+}
+
+}  // namespace
+
+// softmax_j = exp(x_j - lse), lse = m + log(sum exp(x - m)).
+DTensor2 softmax_oracle(const Tensor2& x) {
+  DTensor2 y = DTensor2::from_shape({x.shape()[0], x.shape()[1]});
+  for (std::size_t i = 0; i < x.shape()[0]; ++i) {
+    double m = kNegInf;
+    for (std::size_t j = 0; j < x.shape()[1]; ++j) m = std::max(m, static_cast<double>(x(i, j)));
+    double sum = 0.0;
+    for (std::size_t j = 0; j < x.shape()[1]; ++j) sum += (m == kNegInf) ? 0.0 : std::exp(x(i, j) - m);
+    const double lse = m + std::log(sum);
+    for (std::size_t j = 0; j < x.shape()[1]; ++j) y(i, j) = (m == kNegInf) ? 0.0 : std::exp(x(i, j) - lse);
+  }
+  return y;
+}
+
+DTensor3 sdpa_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg) {
+  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], dv = v.shape()[2];
+  DTensor3 out = xt::zeros<double>({heads, nq, dv});
+  for (std::size_t h = 0; h < heads; ++h) {
+    const DTensor2 s = scores(q, k, cfg, h);
+    for (std::size_t i = 0; i < nq; ++i) {
+      double m = kNegInf;
+      for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s(i, j));
+      if (m == kNegInf) continue;  // fully masked: zeros
+      double lse = 0.0;
+      for (std::size_t j = 0; j < nk; ++j) lse += std::exp(s(i, j) - m);
+      lse = m + std::log(lse);
+      for (std::size_t j = 0; j < nk; ++j) {
+        const double p = std::exp(s(i, j) - lse);
+        for (std::size_t c = 0; c < dv; ++c) out(h, i, c) += p * static_cast<double>(v(h, j, c));
+      }
+    }
+  }
+  return out;
+}
+
+double score_magnitude(const Tensor3& q, const Tensor3& k, const AttentionConfig& cfg) {
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape()[2])));
+  double worst = 0.0;
+  for (std::size_t h = 0; h < q.shape()[0]; ++h)
+    for (std::size_t i = 0; i < q.shape()[1]; ++i)
+      for (std::size_t j = 0; j < k.shape()[1]; ++j) {
+        double sum = 0.0;
+        for (std::size_t c = 0; c < q.shape()[2]; ++c) sum += std::fabs(q(h, i, c) * k(h, j, c));
+        worst = std::max(worst, scale * sum);
+      }
+  return worst;
+}
+
+DTensor2 mha_oracle(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,
+                    const AttentionConfig& cfg) {
+  const std::size_t heads = static_cast<std::size_t>(num_heads), inner = w.w_q.shape()[1], dk = inner / heads;
+  const std::size_t nq = x_q.shape()[0], nk = x_kv.shape()[0], dm = x_q.shape()[1];
+  // Project in double, then round to float tensors only to reuse sdpa_oracle's signature would
+  // lose precision; instead do the whole computation in double here.
+  auto project = [&](const Tensor2& x, const Tensor2& wt, std::size_t n) {
+    DTensor3 t = xt::zeros<double>({heads, n, dk});
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t col = 0; col < inner; ++col) {
+        double acc = 0.0;
+        for (std::size_t c = 0; c < dm; ++c) acc += static_cast<double>(x(i, c)) * wt(c, col);
+        t(col / dk, i, col % dk) = acc;
+      }
+    return t;
+  };
+  const DTensor3 q = project(x_q, w.w_q, nq), k = project(x_kv, w.w_k, nk), v = project(x_kv, w.w_v, nk);
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(dk)));
+  DTensor2 concat = xt::zeros<double>({nq, inner});
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < nq; ++i) {
+      std::vector<double> s(nk, kNegInf);
+      double m = kNegInf;
+      for (std::size_t j = 0; j < nk; ++j) {
+        if (!attention_allowed(cfg, nq, nk, i, j)) continue;
+        double dot = 0.0;
+        for (std::size_t c = 0; c < dk; ++c) dot += q(h, i, c) * k(h, j, c);
+        s[j] = scale * dot + (cfg.additive_mask ? (*cfg.additive_mask)(i, j) : 0.0);
+        m = std::max(m, s[j]);
+      }
+      if (m == kNegInf) continue;
+      double l = 0.0;
+      for (double& x : s) l += (x = std::exp(x - m));
+      for (std::size_t j = 0; j < nk; ++j)
+        for (std::size_t c = 0; c < dk; ++c) concat(i, h * dk + c) += s[j] / l * v(h, j, c);
+    }
+  DTensor2 y = xt::zeros<double>({nq, dm});
+  for (std::size_t i = 0; i < nq; ++i)
+    for (std::size_t c = 0; c < dm; ++c)
+      for (std::size_t r = 0; r < inner; ++r) y(i, c) += concat(i, r) * w.w_o(r, c);
+  return y;
+}
+
+}  // namespace tvlab::ch00

@@ -1,0 +1,318 @@
+// Chapter 00 suites, run over every implementation in the registry (ref, opt, cuda — or student):
+// equivalence with a double oracle, properties, and bad input.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include "../common/registry.hpp"
+#include "../common/testing.hpp"
+#include "impls.hpp"
+#include "oracle.hpp"
+#include "tvlab/core/rng.hpp"
+
+namespace tvlab::ch00 {
+namespace {
+
+using tvlab::testing::Context;
+using tvlab::testing::matches;
+using tvlab::testing::reduction_rtol;
+using tvlab::testing::throws_error_naming;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+class Softmax : public ::testing::TestWithParam<Impl> {};
+class Attention : public ::testing::TestWithParam<Impl> {};
+class MultiHead : public ::testing::TestWithParam<Impl> {};
+
+// ------------------------------------------------------------------------------------------ softmax
+
+struct SoftmaxCase {
+  const char* label;
+  std::size_t rows, cols;
+  double magnitude;  // standard deviation of the logits
+  int masked_per_row;  // how many -inf entries per row (cols = fully masked)
+};
+
+class SoftmaxCases : public ::testing::TestWithParam<std::tuple<Impl, SoftmaxCase>> {};
+
+TEST_P(SoftmaxCases, matches_oracle) {
+  const auto& [impl, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  const unsigned long long seed = 1000 + c.rows * 31 + c.cols;
+  Rng rng(seed);
+  Tensor2 x = rng.normal_matrix(c.rows, c.cols, 0.0, c.magnitude);
+  // One outlier per row so the distribution is peaked, not flat.
+  for (std::size_t i = 0; i < c.rows; ++i) x(i, (7 * i) % c.cols) += static_cast<float>(4 * c.magnitude);
+  for (std::size_t i = 0; i < c.rows; ++i)
+    for (int m = 0; m < c.masked_per_row; ++m) x(i, (i + static_cast<std::size_t>(m) * 3) % c.cols) = kNegInf;
+  const Tensor2 y = impl.softmax(x);
+  // Row reduction of length cols: weights carry ~eps relative error from exp and the sum.
+  const tvlab::Tolerance tol{2e-6, reduction_rtol(c.cols)};
+  EXPECT_TRUE(matches(y, softmax_oracle(x), tol,
+                      {std::string("softmax, ") + c.label, {"row", "col"}, seed,
+                       "tvlab 00_attention_basics --step --backend " + impl.name,
+                       "subtract the row maximum before exp, and give -inf entries weight 0"}));
+}
+
+const SoftmaxCase kSoftmaxCases[] = {
+    {"one element", 1, 1, 1.0, 0},
+    {"odd width", 5, 13, 2.0, 0},
+    {"width not a multiple of the SIMD width", 9, 1001, 3.0, 0},
+    {"logits of magnitude 1e4", 4, 64, 1e4, 0},
+    {"some -inf entries", 6, 40, 1.0, 3},
+    {"fully masked rows", 3, 17, 1.0, 17},
+};
+
+INSTANTIATE_TEST_SUITE_P(Ch00, SoftmaxCases,
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax)),
+                                            ::testing::ValuesIn(kSoftmaxCases)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_case" + std::to_string(info.index);
+                         });
+
+TEST_P(Softmax, shift_invariant_and_sums_to_one) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  // Small integers: x + 1000 is exact in float, so softmax(x + 1000) must equal softmax(x).
+  Tensor2 x = Tensor2::from_shape({4, 37});
+  Rng rng(5);
+  for (auto& v : x) v = static_cast<float>(std::floor(rng.uniform(-20.0, 20.0)));
+  const Tensor2 shifted = x + 1000.0f;
+  const Tensor2 a = impl.softmax(x), b = impl.softmax(shifted);
+  EXPECT_TRUE(matches(b, xt::eval(xt::cast<double>(a)), {1e-7, 4 * FLT_EPSILON},
+                      {"softmax(x + 1000) vs softmax(x)", {"row", "col"}, 5, "", "subtract the row maximum"}));
+  for (std::size_t i = 0; i < 4; ++i) {
+    double sum = 0.0;
+    for (std::size_t j = 0; j < 37; ++j) sum += a(i, j);
+    EXPECT_NEAR(sum, 1.0, 37 * FLT_EPSILON) << "row " << i << " of softmax does not sum to 1";
+  }
+}
+
+TEST_P(Softmax, rejects_nan_and_plus_infinity) {
+  const Impl& impl = GetParam();
+  Tensor2 x = xt::zeros<float>({2, 3});
+  x(1, 2) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x"}));
+  x(1, 2) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x", "inf"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch00, Softmax, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax)),
+                         tvlab::testing::ImplName());
+
+// ---------------------------------------------------------------------------------------- attention
+
+enum class MaskKind { none, causal, boolean_with_empty_row, additive_with_neg_inf };
+
+struct AttentionCase {
+  const char* label;
+  std::size_t heads, seq_q, seq_k, head_dim, head_dim_v;
+  MaskKind mask;
+  double magnitude;  // std of q and k entries
+};
+
+std::string mask_name(MaskKind m) {
+  switch (m) {
+    case MaskKind::none: return "no mask";
+    case MaskKind::causal: return "causal";
+    case MaskKind::boolean_with_empty_row: return "boolean mask with a fully masked row";
+    case MaskKind::additive_with_neg_inf: return "additive mask with -inf";
+  }
+  return "";
+}
+
+AttentionConfig make_config(const AttentionCase& c, Rng& rng) {
+  AttentionConfig cfg;
+  cfg.causal = c.mask == MaskKind::causal;
+  if (c.mask == MaskKind::boolean_with_empty_row) {
+    Mask2 mask = Mask2::from_shape({c.seq_q, c.seq_k});
+    for (auto& m : mask) m = rng.uniform() < 0.7;
+    for (std::size_t j = 0; j < c.seq_k; ++j) mask(c.seq_q / 2, j) = false;  // nothing to attend to
+    cfg.mask = mask;
+  }
+  if (c.mask == MaskKind::additive_with_neg_inf) {
+    Tensor2 bias = rng.normal_matrix(c.seq_q, c.seq_k);
+    for (std::size_t i = 0; i < c.seq_q; ++i) bias(i, (3 * i) % c.seq_k) = kNegInf;
+    cfg.additive_mask = bias;
+  }
+  return cfg;
+}
+
+class AttentionCases : public ::testing::TestWithParam<std::tuple<Impl, AttentionCase>> {};
+
+TEST_P(AttentionCases, matches_oracle) {
+  const auto& [impl, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  const unsigned long long seed = 7 + c.seq_q * 131 + c.head_dim;
+  Rng rng(seed);
+  Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim, 0.0, c.magnitude);
+  Tensor3 k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim, 0.0, c.magnitude);
+  const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim_v);
+  k(0, c.seq_k - 1, 0) *= 8.0f;  // an outlier key: one sharply preferred position
+  const AttentionConfig cfg = make_config(c, rng);
+
+  const Tensor3 out = impl.sdpa(q, k, v, cfg);
+  // Tolerance: the score s_ij is a length-d dot product with float error ~ eps sqrt(d) * M, where
+  // M = scale * sum |q k| (score_magnitude); a score error delta moves the output by at most
+  // ~2 delta max|v|. P V adds a length-seq_k reduction. Hence rtol = 10 eps sqrt(K) and
+  // atol = rtol * max|v| * (2 M + 1), K = max(head_dim, seq_k).
+  const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));
+  const double vmax = xt::amax(xt::abs(v))();
+  const tvlab::Tolerance tol{rtol * vmax * (2.0 * score_magnitude(q, k, cfg) + 1.0), rtol};
+  std::ostringstream repro;
+  repro << "tvlab 00_attention_basics --seed " << seed << " --heads " << c.heads << " --seq " << c.seq_q
+        << " --head-dim " << c.head_dim << (c.mask == MaskKind::causal ? " --causal" : "") << " --backend "
+        << impl.name;
+  EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), tol,
+                      {std::string("scaled_dot_product_attention, ") + c.label + ", " + mask_name(c.mask),
+                       {"h", "i", "d"}, seed, repro.str(),
+                       c.mask == MaskKind::causal ? "query i may see keys j <= i + (seq_k - seq_q)"
+                                                  : "scale the scores by 1/sqrt(head_dim) before the softmax"}));
+  if (c.mask == MaskKind::boolean_with_empty_row) {
+    for (std::size_t h = 0; h < c.heads; ++h)
+      for (std::size_t d = 0; d < c.head_dim_v; ++d)
+        EXPECT_EQ(out(h, c.seq_q / 2, d), 0.0f) << "a fully masked query row must give output 0 (h=" << h << ", d=" << d << ")";
+  }
+}
+
+const AttentionCase kAttentionCases[] = {
+    {"n = 1, d = 1", 1, 1, 1, 1, 1, MaskKind::none, 1.0},
+    {"odd sizes", 2, 7, 7, 5, 5, MaskKind::none, 1.0},
+    {"odd sizes, causal", 2, 7, 7, 5, 5, MaskKind::causal, 1.0},
+    {"seq_q != seq_k, d_v != d_k", 3, 33, 47, 16, 8, MaskKind::none, 1.0},
+    {"decode-style causal, seq_q < seq_k", 2, 5, 40, 16, 16, MaskKind::causal, 1.0},
+    {"boolean mask", 2, 20, 31, 8, 8, MaskKind::boolean_with_empty_row, 1.0},
+    {"additive mask", 2, 19, 23, 8, 12, MaskKind::additive_with_neg_inf, 1.0},
+    {"seq 129, head_dim 64, causal", 4, 129, 129, 64, 64, MaskKind::causal, 1.0},
+    {"large logits (q, k ~ N(0, 30^2))", 2, 24, 24, 16, 16, MaskKind::none, 30.0},
+};
+
+INSTANTIATE_TEST_SUITE_P(Ch00, AttentionCases,
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
+                                            ::testing::ValuesIn(kAttentionCases)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_case" + std::to_string(info.index);
+                         });
+
+TEST_P(Attention, first_causal_row_copies_the_first_value) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  Rng rng(11);
+  const Tensor3 q = rng.normal_tensor(2, 6, 4), k = rng.normal_tensor(2, 6, 4), v = rng.normal_tensor(2, 6, 3);
+  AttentionConfig cfg;
+  cfg.causal = true;
+  const Tensor3 out = impl.sdpa(q, k, v, cfg);
+  // Query 0 sees only key 0: its weight is exp(0)/exp(0) = 1, so the output is v[h, 0, :].
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t d = 0; d < 3; ++d)
+      EXPECT_NEAR(out(h, 0, d), v(h, 0, d), 1e-6) << "causal query 0 must copy value 0 (h=" << h << ", d=" << d << ")";
+}
+
+TEST_P(Attention, permuting_keys_and_values_together_changes_nothing) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  Rng rng(12);
+  const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 11, 8), v = rng.normal_tensor(2, 11, 8);
+  Tensor3 k2 = k, v2 = v;
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t j = 0; j < 11; ++j) {  // reverse the key order
+      xt::view(k2, h, j, xt::all()) = xt::view(k, h, 10 - j, xt::all());
+      xt::view(v2, h, j, xt::all()) = xt::view(v, h, 10 - j, xt::all());
+    }
+  const Tensor3 a = impl.sdpa(q, k, v, {}), b = impl.sdpa(q, k2, v2, {});
+  EXPECT_TRUE(matches(b, xt::eval(xt::cast<double>(a)), {1e-6, reduction_rtol(11)},
+                      {"attention with reversed keys vs original", {"h", "i", "d"}, 12, "",
+                       "attention is a set operation over keys: no position enters without a mask or encoding"}));
+}
+
+TEST_P(Attention, zero_queries_average_the_values) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  Rng rng(13);
+  const Tensor3 q = xt::zeros<float>({1, 3, 4}), k = rng.normal_tensor(1, 5, 4), v = rng.normal_tensor(1, 5, 2);
+  const Tensor3 out = impl.sdpa(q, k, v, {});
+  // All scores are 0, so every weight is 1/5 and each output is the mean of the values.
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t d = 0; d < 2; ++d) {
+      double mean = 0.0;
+      for (std::size_t j = 0; j < 5; ++j) mean += v(0, j, d) / 5.0;
+      EXPECT_NEAR(out(0, i, d), mean, 1e-6);
+    }
+}
+
+TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
+  const Impl& impl = GetParam();
+  const Tensor3 q = xt::ones<float>({2, 4, 8}), k = xt::ones<float>({2, 5, 8}), v = xt::ones<float>({2, 5, 6});
+  const char* fn = "scaled_dot_product_attention";
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({3, 5, 8})), v, {}); }, {fn, "k", "heads"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({2, 5, 7})), v, {}); }, {fn, "k", "head_dim"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, Tensor3(xt::ones<float>({2, 4, 6})), {}); }, {fn, "v", "seq"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(Tensor3(xt::ones<float>({2, 0, 8})), k, v, {}); }, {fn, "q", "empty"}));
+  Tensor3 bad_k = k;
+  bad_k(1, 2, 3) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, bad_k, v, {}); }, {fn, "k", "non-finite"}));
+  AttentionConfig cfg;
+  cfg.mask = Mask2(xt::ones<bool>({4, 4}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask", "[4, 5]"}));
+  cfg = {};
+  cfg.additive_mask = Tensor2(xt::zeros<float>({4, 5}));
+  (*cfg.additive_mask)(0, 0) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "additive_mask"}));
+  cfg = {};
+  cfg.scale = 0.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
+  cfg = {};
+  cfg.causal = true;
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(k, q, q, cfg); }, {fn, "causal", "seq_q"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
+                         tvlab::testing::ImplName());
+
+// ------------------------------------------------------------------------------- multi-head attention
+
+TEST_P(MultiHead, matches_oracle) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  for (const int heads : {1, 3, 4}) {
+    const std::size_t head_dim = 4, d_model = 12, seq_q = 9, seq_k = 13;
+    const unsigned long long seed = 40 + static_cast<unsigned>(heads);
+    Rng rng(seed);
+    const double w_std = 1.0 / std::sqrt(static_cast<double>(d_model));
+    const std::size_t inner = static_cast<std::size_t>(heads) * head_dim;
+    MhaWeights w{rng.normal_matrix(d_model, inner, 0, w_std), rng.normal_matrix(d_model, inner, 0, w_std),
+                 rng.normal_matrix(d_model, inner, 0, w_std), rng.normal_matrix(inner, d_model, 0, w_std)};
+    const Tensor2 xq = rng.normal_matrix(seq_q, d_model), xkv = rng.normal_matrix(seq_k, d_model);
+    AttentionConfig cfg;
+    cfg.causal = heads == 3;
+    const Tensor2 y = impl.mha(xq, xkv, w, heads, cfg);
+    // Four chained reductions of length <= 13 on O(1) values.
+    const double rtol = 4 * reduction_rtol(seq_k);
+    EXPECT_TRUE(matches(y, mha_oracle(xq, xkv, w, heads, cfg), {rtol, rtol},
+                        {"multi_head_attention, heads " + std::to_string(heads), {"i", "c"}, seed, "",
+                         "head h uses columns [h*head_dim, (h+1)*head_dim) of W_q, W_k, W_v and rows of W_o"}));
+  }
+}
+
+TEST_P(MultiHead, rejects_bad_input_naming_the_parameter) {
+  const Impl& impl = GetParam();
+  const Tensor2 x = xt::ones<float>({3, 8});
+  MhaWeights w{xt::ones<float>({8, 8}), xt::ones<float>({8, 8}), xt::ones<float>({8, 8}), xt::ones<float>({8, 8})};
+  const char* fn = "multi_head_attention";
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 0, {}); }, {fn, "num_heads"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 3, {}); }, {fn, "num_heads", "multiple"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, Tensor2(xt::ones<float>({3, 7})), w, 2, {}); }, {fn, "x_kv", "d_model"}));
+  MhaWeights bad = w;
+  bad.w_o = xt::ones<float>({8, 5});
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, bad, 2, {}); }, {fn, "w_o"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch00, MultiHead, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::mha)),
+                         tvlab::testing::ImplName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MultiHead);
+
+}  // namespace
+}  // namespace tvlab::ch00

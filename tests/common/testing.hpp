@@ -1,0 +1,71 @@
+#pragma once
+// Helpers shared by every chapter's tests: teaching comparisons, device skips, oracles' tolerances.
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tvlab/core/compare.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/cuda/runtime.hpp"
+
+namespace tvlab::testing {
+
+/// What a failing comparison prints besides the numbers: how to reproduce it and the usual mistake.
+struct Context {
+  std::string what;                     ///< "scaled_dot_product_attention, causal, seq 129"
+  std::vector<std::string> axis_names;  ///< {"h", "i", "d"}
+  unsigned long long seed = 0;
+  std::string reproduce;                ///< "tvlab 00_attention_basics --seed 7 --seq 129 --backend opt"
+  std::string hint;                     ///< the usual mistake, if there is one
+};
+
+/// Passes when every element satisfies |x - ref| <= atol + rtol |ref|; otherwise explains.
+template <class A, class E>
+::testing::AssertionResult matches(const A& actual, const E& expected, Tolerance tol, const Context& ctx) {
+  const CompareReport report = compare(actual, expected, tol);
+  if (report.ok()) return ::testing::AssertionSuccess();
+  auto failure = ::testing::AssertionFailure();
+  failure << ctx.what << " disagrees with the double-precision oracle (seed " << ctx.seed << ")\n"
+          << report.describe(ctx.axis_names);
+  if (report.shape_mismatch) failure << "\nexpected shape " << shape_string_of(expected);
+  if (!ctx.reproduce.empty()) failure << "\nreproduce: " << ctx.reproduce;
+  if (!ctx.hint.empty()) failure << "\nhint: " << ctx.hint;
+  return failure;
+}
+
+/// Float tolerance for a reduction of length k, against a double oracle: rtol = c * eps * sqrt(k)
+/// (random rounding errors add like a random walk; c = 10 leaves room for the worst element).
+inline double reduction_rtol(std::size_t k) { return 10.0 * FLT_EPSILON * std::sqrt(static_cast<double>(k)); }
+
+/// Runs `call` and passes when it throws tvlab::Error whose message contains every `needle`.
+template <class F>
+::testing::AssertionResult throws_error_naming(F&& call, const std::vector<std::string>& needles) {
+  try {
+    call();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const auto& needle : needles) {
+      if (message.find(needle) == std::string::npos) {
+        return ::testing::AssertionFailure() << "tvlab::Error message \"" << message << "\" does not mention \""
+                                             << needle << "\"";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "expected tvlab::Error, got another exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "expected tvlab::Error naming the parameter, nothing was thrown";
+}
+
+}  // namespace tvlab::testing
+
+/// In a test over an implementation registry: skip CUDA entries when no device can run them.
+#define TVLAB_SKIP_WITHOUT_DEVICE(impl)                                                                   \
+  do {                                                                                                    \
+    if ((impl).needs_device && !::tvlab::cuda::device_available())                                        \
+      GTEST_SKIP() << (impl).name << ": no CUDA device (" << ::tvlab::cuda::device_description() << ")";  \
+  } while (0)
