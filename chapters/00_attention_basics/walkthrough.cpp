@@ -1,0 +1,342 @@
+// `tvlab 00_attention_basics` (alias `tvlab attention`): scaled dot-product attention step by step,
+// the cost of the n x n matrix, and why the scores are divided by sqrt(d_k).
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "../common/walkthrough.hpp"
+#include "tvlab/analysis/attention_cost.hpp"
+#include "tvlab/analysis/scaling.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/cuda/runtime.hpp"
+#include "tvlab/cuda/attention.hpp"
+#include "tvlab/cuda/softmax.hpp"
+#include "tvlab/opt/attention.hpp"
+#include "tvlab/opt/softmax.hpp"
+#include "tvlab/ref/attention.hpp"
+#include "tvlab/ref/softmax.hpp"
+
+namespace tvlab::cli {
+namespace {
+
+using analysis::DType;
+
+struct Options {
+  bool step = false, causal = false, json = false, markdown = false;
+  std::string backend = "all", dump;
+  int heads = 2, seq = 6, seq_k = 0, head_dim = 4;
+};
+
+Tensor3 sdpa_on(const std::string& backend, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                const AttentionConfig& cfg) {
+  if (backend == "ref") return ref::scaled_dot_product_attention(q, k, v, cfg);
+  if (backend == "opt") return opt::scaled_dot_product_attention(q, k, v, cfg);
+  return cuda::scaled_dot_product_attention(q, k, v, cfg);
+}
+
+// ------------------------------------------------------------------------------ the documents
+
+std::vector<DocumentCheck> document_checks() {
+  std::vector<DocumentCheck> c;
+  const auto one_head = analysis::attention_matrix_memory(8192, 1, 1, DType::fp16);
+  c.push_back(check_number("000 L13", "elements of S (and of A), n = 8192", "67,108,864", 67108864, 1,
+                           one_head.elements_per_matrix, fixed(one_head.elements_per_matrix, 0)));
+  c.push_back(check_number("000 L13", "S and A in fp16 for ONE HEAD (the document says one layer)", "268 MB", 268, 1,
+                           one_head.bytes_per_head / 1e6, analysis::format_bytes(one_head.bytes_per_head)));
+  const auto gpt3_layer = analysis::attention_matrix_memory(8192, 96, 1, DType::fp16);
+  c.push_back(check_number("000 L13", "S and A for one GPT-3 layer (96 heads)", "268 MB (\"one layer\")", 268, 1,
+                           gpt3_layer.bytes_per_layer / 1e6, analysis::format_bytes(gpt3_layer.bytes_per_layer)));
+  const auto enc_dec = analysis::attention_matrix_memory(8192, 1, 18, DType::fp16);
+  c.push_back(check_number("000 L13", "encoder-decoder, 6+6 layers: 18 attention blocks (self, self, cross), one head",
+                           "268 x 6 x 2 = 3.2 GB", 3.2, 0.1, enc_dec.bytes_total / 1e9,
+                           analysis::format_bytes(enc_dec.bytes_total)));
+  const auto gpt3 = analysis::attention_matrix_memory(8192, 1, 96, DType::fp16);
+  c.push_back(check_number("000 L13", "S and A over 96 layers, one head", "268 x 96 = 25.1 GB", 25.1, 0.1,
+                           gpt3.bytes_total / 1e9, analysis::format_bytes(gpt3.bytes_total)));
+  const auto one_matrix = analysis::attention_matrix_memory(8192, 1, 1, DType::fp16, 1);
+  c.push_back(check_number("000 L47", "one n x n matrix in fp16", "134 MB", 134, 1, one_matrix.bytes_per_head / 1e6,
+                           analysis::format_bytes(one_matrix.bytes_per_head)));
+  c.push_back(check_number("000 L47", "S and A over 96 layers (storage, one head)", "about 26 GB", 26, 1,
+                           gpt3.bytes_total / 1e9, analysis::format_bytes(gpt3.bytes_total)));
+  const auto fp32 = analysis::attention_matrix_memory(8192, 1, 1, DType::fp32, 1);
+  c.push_back(check_number("003 §3.1", "one n x n float32 matrix, n = 8192 (one head)", "about 268 MB", 268, 1,
+                           fp32.bytes_per_head / 1e6, analysis::format_bytes(fp32.bytes_per_head)));
+
+  const auto macs = analysis::layer_macs(2048, 12288, 49152);
+  c.push_back(check_number("000 L11", "work to form S: n^2 d MACs (n = 8192, d = 4096)", "n^2 operations",
+                           8192.0 * 8192, 1, 8192.0 * 8192 * 4096, sci(8192.0 * 8192 * 4096) + " MACs"));
+  c.push_back(check_number("000 L235", "GPT-3 FFN, one layer, n = 2048 (FLOPs = 2 x MACs)", "2.5e12 FLOPs", 2.5e12,
+                           0.1e12, 2 * macs.ffn, sci(2 * macs.ffn) + " FLOPs (" + sci(macs.ffn) + " MACs)"));
+  c.push_back(check_number("000 L235", "GPT-3 FFN, 96 layers", "2.4e14 FLOPs", 2.4e14, 0.1e14, 96 * 2 * macs.ffn,
+                           sci(96 * 2 * macs.ffn) + " FLOPs (" + sci(96 * macs.ffn) + " MACs)"));
+  c.push_back(check_number("000 L235", "GPT-3 attention, one layer: 4nd^2 + 2n^2 d MACs", "1.2e12 FLOPs", 1.2e12,
+                           0.1e12, 2 * macs.attention(),
+                           sci(2 * macs.attention()) + " FLOPs (" + sci(macs.attention()) + " MACs)"));
+  c.push_back(check_number("000 L235", "GPT-3 attention, 96 layers", "1.2e14 FLOPs", 1.2e14, 0.1e14,
+                           96 * 2 * macs.attention(), sci(96 * 2 * macs.attention()) + " FLOPs"));
+  c.push_back(check_number("000 L235", "FFN share of the layer's compute", "about 67%", 67, 1, 100 * macs.ffn_share(),
+                           fixed(100 * macs.ffn_share(), 1) + "%"));
+  const auto params = analysis::layer_params(12288, 49152);
+  c.push_back(check_number("000 L233", "FFN parameters per layer", "about 1.2B", 1.2, 0.1, params.ffn / 1e9,
+                           fixed(params.ffn / 1e9, 3) + "B"));
+  c.push_back(check_number("000 L233", "FFN parameters, 96 layers", "about 115B", 115, 1, 96 * params.ffn / 1e9,
+                           fixed(96 * params.ffn / 1e9, 2) + "B"));
+  c.push_back(check_number("000 L233", "FFN share of GPT-3's 175B parameters", "about 66%", 66, 1,
+                           100 * 96 * params.ffn / 175e9, fixed(100 * 96 * params.ffn / 175e9, 1) + "%"));
+  c.push_back(check_number("000 L233", "attention share of the 175B parameters (4d^2 per layer)", "about 34%", 34, 1,
+                           100 * 96 * params.attention / 175e9, fixed(100 * 96 * params.attention / 175e9, 1) + "%"));
+  c.push_back(check_number("000 L155", "extra parameters of multi-head over one head (d_k = d/h)", "adds parameters",
+                           1, 0.5, 0, "0 (4 d^2 for any h)"));
+  const auto var = analysis::dot_product_scaling(64, 2000, 16, 2024);
+  c.push_back(check_number("003 §2.2", "Var(q . k) for d_k = 64, then after / sqrt(d_k)", "d_k, then about 1", 1, 0.1,
+                           var.var_scaled, fixed(var.var_unscaled, 2) + ", then " + fixed(var.var_scaled, 3)));
+  return c;
+}
+
+// ------------------------------------------------------------------------------------ agreement
+
+std::vector<Agreement> agreements() {
+  std::vector<Agreement> out;
+  std::vector<std::string> backends = {"opt"};
+  if (cuda_usable()) backends.push_back("cuda");
+  struct Example {
+    std::string name;
+    std::size_t heads, seq_q, seq_k, head_dim;
+    bool causal;
+  };
+  const Example examples[] = {{"2 heads, n = 6, d = 4", 2, 6, 6, 4, false},
+                              {"4 heads, n = 129, d = 64, causal", 4, 129, 129, 64, true},
+                              {"8 heads, n = 512, d = 64", 8, 512, 512, 64, false}};
+  for (const auto& e : examples) {
+    Rng rng(7);
+    const Tensor3 q = rng.normal_tensor(e.heads, e.seq_q, e.head_dim), k = rng.normal_tensor(e.heads, e.seq_k, e.head_dim),
+                  v = rng.normal_tensor(e.heads, e.seq_k, e.head_dim);
+    AttentionConfig cfg;
+    cfg.causal = e.causal;
+    const Tensor3 expected = ref::scaled_dot_product_attention(q, k, v, cfg);
+    const Tensor2 logits = xt::view(q, 0, xt::all(), xt::all()) * 3.0f;
+    const Tensor2 expected_softmax = ref::softmax(logits);
+    for (const auto& b : backends) {
+      // Float attention vs the double-accumulating reference: 10 eps sqrt(K) with K = max(n, d).
+      const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(std::max(e.seq_k, e.head_dim))) * 8;
+      out.push_back({"scaled_dot_product_attention", b, e.name, max_abs_difference(sdpa_on(b, q, k, v, cfg), expected), tol});
+      const Tensor2 s = b == "opt" ? opt::softmax(logits) : cuda::softmax(logits);
+      out.push_back({"softmax", b, "rows of 3 q, " + e.name, max_abs_difference(s, expected_softmax), 1e-6});
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- --markdown
+
+std::string markdown(const GlobalOptions&) {
+  std::ostringstream md;
+  md << results_header("00_attention_basics", "Chapter 00, attention basics");
+  md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
+
+  md << "## Memory of S and A (batch 1, S and A kept, as the unfused algorithm does)\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (long long n : {2048LL, 8192LL, 32768LL, 131072LL})
+    for (DType t : {DType::fp32, DType::fp16}) {
+      const auto m = analysis::attention_matrix_memory(n, 96, 96, t);
+      rows.push_back({std::to_string(n), analysis::dtype_name(t), analysis::format_bytes(m.bytes_per_head),
+                      analysis::format_bytes(m.bytes_per_layer), analysis::format_bytes(m.bytes_total)});
+    }
+  md << markdown_table({"n", "dtype", "one head", "one layer (96 heads)", "96 layers"}, rows) << '\n';
+
+  md << "## Attention vs FFN compute of one layer (GPT-3 shape: d = 12288, d_ff = 4d)\n\n";
+  rows.clear();
+  for (long long n : {512LL, 2048LL, 8192LL, 32768LL}) {
+    const auto m = analysis::layer_macs(n, 12288, 4 * 12288);
+    rows.push_back({std::to_string(n), sci(m.qkvo_projection), sci(m.scores + m.weighted_values), sci(m.ffn),
+                    sci(2 * m.total()), fixed(100 * m.ffn_share(), 1) + "%"});
+  }
+  md << markdown_table({"n", "4nd^2 MACs", "2n^2 d MACs", "FFN MACs", "total FLOPs", "FFN share"}, rows) << '\n';
+
+  md << "## Why divide by sqrt(d_k): Monte Carlo, 2000 queries x 64 keys, N(0, 1) entries, seed 2024\n\n";
+  rows.clear();
+  for (int d_k : {4, 16, 64, 256, 1024}) {
+    const auto s = analysis::dot_product_scaling(d_k, 2000, 64, 2024);
+    rows.push_back({std::to_string(d_k), fixed(s.var_unscaled, 2), fixed(s.var_scaled, 3), fixed(s.max_weight_unscaled, 3),
+                    fixed(s.max_weight_scaled, 3), sci(s.jacobian_unscaled, 3), sci(s.jacobian_scaled, 3)});
+  }
+  md << markdown_table({"d_k", "Var(q.k)", "Var(q.k/sqrt d_k)", "max weight, unscaled", "max weight, scaled",
+                        "median ||J||_F unscaled", "median ||J||_F scaled"},
+                       rows)
+     << "\nJ = diag(p) - p p^T is the softmax Jacobian: the factor every gradient through the softmax is "
+        "multiplied by.\n\n";
+
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
+  return md.str();
+}
+
+// ------------------------------------------------------------------------------------- --step
+
+void step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg) {
+  std::ostream& out = std::cout;
+  const std::size_t n_q = q.shape()[1], n_k = k.shape()[1], d = q.shape()[2];
+  const Tensor2 q0 = xt::view(q, 0, xt::all(), xt::all()), k0 = xt::view(k, 0, xt::all(), xt::all());
+  const Tensor2 v0 = xt::view(v, 0, xt::all(), xt::all());
+  out << "Scaled dot-product attention, head 0 of " << q.shape()[0] << " (n_q = " << n_q << ", n_k = " << n_k
+      << ", d_k = " << d << (cfg.causal ? ", causal" : "") << ")\n";
+  print_step(out, 1, "the inputs Q and K of head 0");
+  print_matrix(out, "Q", q0);
+  print_matrix(out, "K", k0);
+
+  print_step(out, 2, "raw scores S = Q K^T   (S_ij = sum_d Q_id K_jd)");
+  DTensor2 s = xt::zeros<double>({n_q, n_k});
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_k; ++j)
+      for (std::size_t c = 0; c < d; ++c) s(i, j) += static_cast<double>(q0(i, c)) * k0(j, c);
+  print_matrix(out, "S", s);
+
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  print_step(out, 3, "scale by 1/sqrt(d_k) = " + fixed(scale, 4) + " so the scores have unit variance");
+  s *= scale;
+  print_matrix(out, "S / sqrt(d_k)", s);
+
+  print_step(out, 4, cfg.causal ? "causal mask: key j is hidden from query i when j > i" : "no mask");
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_k; ++j)
+      if (!attention_allowed(cfg, n_q, n_k, i, j)) s(i, j) = -std::numeric_limits<double>::infinity();
+  print_matrix(out, "masked S", s);
+
+  print_step(out, 5, "row maximum m_i = max_j S_ij (subtracted so no exponent is positive)");
+  DTensor2 m = DTensor2::from_shape({n_q, 1});
+  for (std::size_t i = 0; i < n_q; ++i) {
+    m(i, 0) = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < n_k; ++j) m(i, 0) = std::max(m(i, 0), s(i, j));
+  }
+  print_matrix(out, "m", m);
+
+  print_step(out, 6, "exponentials E_ij = exp(S_ij - m_i) and row sums l_i");
+  DTensor2 e = xt::zeros<double>({n_q, n_k}), l = xt::zeros<double>({n_q, std::size_t{1}});
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_k; ++j) {
+      e(i, j) = std::exp(s(i, j) - m(i, 0));
+      l(i, 0) += e(i, j);
+    }
+  print_matrix(out, "E", e);
+  print_matrix(out, "l", l);
+
+  print_step(out, 7, "normalise: P_ij = E_ij / l_i (each row sums to 1)");
+  DTensor2 p = e;
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_k; ++j) p(i, j) /= l(i, 0);
+  print_matrix(out, "P", p);
+
+  print_step(out, 8, "output O = P V   (each row a weighted average of the value rows)");
+  print_matrix(out, "V", v0);
+  DTensor2 o = xt::zeros<double>({n_q, v0.shape()[1]});
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_k; ++j)
+      for (std::size_t c = 0; c < v0.shape()[1]; ++c) o(i, c) += p(i, j) * v0(j, c);
+  print_matrix(out, "O", o);
+  const Tensor3 ref_out = ref::scaled_dot_product_attention(q, k, v, cfg);
+  double diff = 0.0;
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t c = 0; c < v0.shape()[1]; ++c) diff = std::max(diff, std::fabs(o(i, c) - ref_out(0, i, c)));
+  out << "\nmax |O - ref::scaled_dot_product_attention| = " << sci(diff, 2) << "\n";
+}
+
+// ---------------------------------------------------------------------------------------- run
+
+int run(const Options& o, const GlobalOptions& g) {
+  if (o.markdown || g.format == "markdown") {
+    std::cout << markdown(g);
+    return 0;
+  }
+  require_positive("00_attention_basics", "--heads", o.heads);
+  require_positive("00_attention_basics", "--seq", o.seq);
+  require_positive("00_attention_basics", "--head-dim", o.head_dim);
+  require(o.seq_k >= 0, "00_attention_basics", "--seq-k (", o.seq_k, ") must be >= 0 (0 means --seq)");
+  const auto heads = static_cast<std::size_t>(o.heads), n_q = static_cast<std::size_t>(o.seq);
+  const auto n_k = o.seq_k > 0 ? static_cast<std::size_t>(o.seq_k) : n_q, d = static_cast<std::size_t>(o.head_dim);
+  const auto backends = selected_backends(o.backend);
+  Rng rng(g.seed);
+  const Tensor3 q = rng.normal_tensor(heads, n_q, d), k = rng.normal_tensor(heads, n_k, d),
+                v = rng.normal_tensor(heads, n_k, d);
+  AttentionConfig cfg;
+  cfg.causal = o.causal;
+
+  if (o.step) step_through(q, k, v, cfg);
+  const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);
+  if (!o.dump.empty()) {
+    for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) dump_npy(o.dump, name, *t);
+  }
+  nlohmann::json results = nlohmann::json::array();
+  bool ok = true;
+  if (!o.json && g.format != "json") {
+    std::cout << "\nscaled_dot_product_attention: heads " << heads << ", seq_q " << n_q << ", seq_k " << n_k
+              << ", head_dim " << d << (o.causal ? ", causal" : "") << ", seed " << g.seed << "\n";
+  }
+  for (const auto& b : backends) {
+    nlohmann::json entry = {{"backend", b}};
+    if (b == "cuda" && !cuda_usable()) {
+      entry["skipped"] = cuda::device_description();
+    } else {
+      const Tensor3 out = sdpa_on(b, q, k, v, cfg);
+      const double err = max_abs_difference(out, reference);
+      entry["max_abs_error_vs_ref"] = err;
+      ok = ok && err <= 1e-4;
+      if (!o.dump.empty()) dump_npy(o.dump, "scaled_dot_product_attention_" + b, out);
+    }
+    results.push_back(entry);
+  }
+  if (o.json || g.format == "json") {
+    nlohmann::json doc = {{"chapter", "00_attention_basics"}, {"seed", g.seed},      {"heads", heads},
+                          {"seq_q", n_q},                     {"seq_k", n_k},        {"head_dim", d},
+                          {"causal", o.causal},              {"results", results}};
+    std::cout << doc.dump(2) << "\n";
+  } else {
+    for (const auto& r : results) {
+      std::cout << "  " << r["backend"].get<std::string>() << ": ";
+      if (r.contains("skipped")) {
+        std::cout << "skipped (" << r["skipped"].get<std::string>() << ")\n";
+      } else {
+        std::cout << "max |out - ref| = " << sci(r["max_abs_error_vs_ref"].get<double>(), 2) << "\n";
+      }
+    }
+    if (!o.dump.empty()) std::cout << "wrote q.npy, k.npy, v.npy and the outputs to " << o.dump << "/\n";
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Chapter chapter_00() {
+  Chapter c;
+  c.name = "00_attention_basics";
+  c.alias = "attention";
+  c.summary = "scaled dot-product and multi-head attention, the cost of the n x n matrix, why 1/sqrt(d_k)";
+  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+    auto options = std::make_shared<Options>();
+    CLI::App* sub = root.add_subcommand("00_attention_basics", "Chapter 00: " +
+                                        std::string("scaled dot-product attention, step by step"));
+    sub->alias("attention");
+    sub->fallthrough();
+    sub->add_flag("--step", options->step, "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)");
+    sub->add_option("--backend", options->backend, "ref | opt | cuda | all")->capture_default_str();
+    sub->add_option("--heads", options->heads, "number of heads h")->capture_default_str();
+    sub->add_option("--seq", options->seq, "sequence length n (queries)")->capture_default_str();
+    sub->add_option("--seq-k", options->seq_k, "number of keys (default: --seq)");
+    sub->add_option("--head-dim", options->head_dim, "head dimension d_k")->capture_default_str();
+    sub->add_flag("--causal", options->causal, "causal mask (query i sees keys j <= i)");
+    sub->add_flag("--json", options->json, "print the run as JSON");
+    sub->add_flag("--markdown", options->markdown, "print the chapter's documented results (results.md)");
+    sub->add_option("--dump", options->dump, "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR");
+    sub->callback([options, &global] {
+      const int rc = run(*options, global);
+      if (rc != 0) throw CLI::RuntimeError(rc);
+    });
+  };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(), document_checks()}; };
+  return c;
+}
+
+}  // namespace tvlab::cli

@@ -1,0 +1,331 @@
+// `tvlab 01_normalization` (alias `tvlab norm`): LayerNorm and RMSNorm step by step, the
+// activations, the FFN variants and their widths, and Post-LN vs Pre-LN with depth.
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "../common/walkthrough.hpp"
+#include "tvlab/analysis/attention_cost.hpp"
+#include "tvlab/analysis/ffn_cost.hpp"
+#include "tvlab/analysis/residual_stack.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/cuda/runtime.hpp"
+#include "tvlab/cuda/activations.hpp"
+#include "tvlab/cuda/ffn.hpp"
+#include "tvlab/cuda/normalization.hpp"
+#include "tvlab/opt/activations.hpp"
+#include "tvlab/opt/ffn.hpp"
+#include "tvlab/opt/normalization.hpp"
+#include "tvlab/ref/activations.hpp"
+#include "tvlab/ref/ffn.hpp"
+#include "tvlab/ref/normalization.hpp"
+
+namespace tvlab::cli {
+namespace {
+
+using analysis::FfnKind;
+
+struct Options {
+  bool step = false, json = false, markdown = false;
+  std::string backend = "all", dump;
+  int tokens = 4, d_model = 8, d_ff = 0;
+  double eps = 1e-5;
+};
+
+// The chapter's functions on one backend, by name.
+struct Outputs {
+  Tensor2 layer_norm, rms_norm, gelu, ffn_swiglu;
+};
+
+Outputs run_backend(const std::string& b, const Tensor2& x, const Tensor1& gamma, const Tensor1& beta,
+                    const SwigluWeights& w, double eps) {
+  if (b == "ref")
+    return {ref::layer_norm(x, gamma, beta, eps), ref::rms_norm(x, gamma, eps), ref::gelu(x), ref::ffn_swiglu(x, w)};
+  if (b == "opt")
+    return {opt::layer_norm(x, gamma, beta, eps), opt::rms_norm(x, gamma, eps), opt::gelu(x), opt::ffn_swiglu(x, w)};
+  return {cuda::layer_norm(x, gamma, beta, eps), cuda::rms_norm(x, gamma, eps), cuda::gelu(x), cuda::ffn_swiglu(x, w)};
+}
+
+SwigluWeights random_swiglu(Rng& rng, std::size_t d, std::size_t d_ff) {
+  const double s1 = 1 / std::sqrt(static_cast<double>(d)), s3 = 1 / std::sqrt(static_cast<double>(d_ff));
+  return {rng.normal_matrix(d, d_ff, 0, s1), rng.normal_matrix(d, d_ff, 0, s1), rng.normal_matrix(d_ff, d, 0, s3)};
+}
+
+// ------------------------------------------------------------------------------ the documents
+
+// RMS of RMSNorm's output for the tiny row [1e-3, -2e-3, 3e-3, 5e-4] with eps = 1e-5.
+double rms_after_rms_norm_tiny_row() {
+  const Tensor2 x = {{1e-3f, -2e-3f, 3e-3f, 5e-4f}};
+  const Tensor2 y = ref::rms_norm(x, xt::ones<float>({4}), 1e-5);
+  double ms = 0.0;
+  for (float v : y) ms += static_cast<double>(v) * v / 4;
+  return std::sqrt(ms);
+}
+
+std::vector<DocumentCheck> document_checks() {
+  std::vector<DocumentCheck> c;
+  c.push_back(check_number("000 L233", "GPT-3 d_ff / d_model", "4", 4, 1, 49152.0 / 12288, fixed(49152.0 / 12288, 2)));
+  const double per_layer = analysis::ffn_params(FfnKind::gelu, 12288, 49152);
+  c.push_back(check_number("000 L233", "GPT-3 FFN parameters per layer, 2 d d_ff", "about 1.2B", 1.2, 0.1, per_layer / 1e9,
+                           fixed(per_layer / 1e9, 3) + "B"));
+  c.push_back(check_number("000 L233", "GPT-3 FFN parameters, 96 layers", "about 115B", 115, 1, 96 * per_layer / 1e9,
+                           fixed(96 * per_layer / 1e9, 2) + "B"));
+  const double macs = 2048 * analysis::ffn_macs_per_token(FfnKind::gelu, 12288, 49152);
+  c.push_back(check_number("000 L235", "GPT-3 FFN compute per layer, n = 2048", "2.5e12 FLOPs", 2.5e12, 0.1e12, 2 * macs,
+                           sci(2 * macs) + " FLOPs (" + sci(macs) + " MACs)"));
+  c.push_back(check_number("000 L398", "SwiGLU parameters at the same d_ff (3 matrices vs 2)", "+50%", 50, 1,
+                           100 * (analysis::ffn_params(FfnKind::swiglu, 4096, 16384) /
+                                      analysis::ffn_params(FfnKind::relu, 4096, 16384) -
+                                  1),
+                           "+50%"));
+  const double equal = 3 * 4096 * analysis::swiglu_equal_params_width(4096) / analysis::ffn_params(FfnKind::relu, 4096, 4 * 4096);
+  c.push_back(check_number("000 L398", "SwiGLU at d_ff = 8/3 d vs a 4d FFN: parameter ratio", "unchanged", 1, 0.001, equal,
+                           fixed(equal, 4)));
+  c.push_back(check_number("003 §4", "SwiGLU width factor 8/3", "about 2.67", 2.67, 0.01,
+                           analysis::swiglu_equal_params_width(3) / 3, fixed(analysis::swiglu_equal_params_width(3) / 3, 4)));
+  c.push_back(check_number("000 L379", "arithmetic per element: LayerNorm 8 (2 reductions), RMSNorm 4 (1 reduction)",
+                           "10-15% less compute", 12.5, 5, 100.0 * (8 - 4) / 8, "50% fewer operations (time: see bench)"));
+  const double rms_tiny = rms_after_rms_norm_tiny_row();
+  c.push_back(check_number("000 L377", "RMS of RMSNorm(x), x = [1e-3, -2e-3, 3e-3, 5e-4], eps = 1e-5",
+                           "always 1", 1, 0.01, rms_tiny, fixed(rms_tiny, 3) + " = sqrt(ms / (ms + eps))"));
+  return c;
+}
+
+// ------------------------------------------------------------------------------------ agreement
+
+std::vector<Agreement> agreements() {
+  std::vector<Agreement> out;
+  std::vector<std::string> backends = {"opt"};
+  if (cuda_usable()) backends.push_back("cuda");
+  for (const auto& [tokens, d] : {std::pair<std::size_t, std::size_t>{4, 8}, {64, 768}, {7, 4096}}) {
+    Rng rng(3);
+    const Tensor2 x = rng.normal_matrix(tokens, d);
+    const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
+    const SwigluWeights w = random_swiglu(rng, d, d / 2 + 3);
+    const Outputs r = run_backend("ref", x, gamma, beta, w, 1e-5);
+    const std::string example = std::to_string(tokens) + " x " + std::to_string(d);
+    // Row reductions of length d on O(1) values: 10 eps sqrt(d) x a few for gamma and the outlier rows.
+    const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(d)) * 8;
+    for (const auto& b : backends) {
+      const Outputs o = run_backend(b, x, gamma, beta, w, 1e-5);
+      out.push_back({"layer_norm", b, example, max_abs_difference(o.layer_norm, r.layer_norm), tol});
+      out.push_back({"rms_norm", b, example, max_abs_difference(o.rms_norm, r.rms_norm), tol});
+      out.push_back({"gelu", b, example, max_abs_difference(o.gelu, r.gelu), 2e-6});
+      out.push_back({"ffn_swiglu", b, example, max_abs_difference(o.ffn_swiglu, r.ffn_swiglu), 2 * tol});
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- --markdown
+
+std::string markdown(const GlobalOptions&) {
+  std::ostringstream md;
+  md << results_header("01_normalization", "Chapter 01, normalization and activations");
+  md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
+
+  md << "## FFN width and parameters (no biases)\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (long long d : {512LL, 768LL, 4096LL, 5120LL, 8192LL, 12288LL}) {
+    const double dense = analysis::ffn_params(FfnKind::relu, d, 4 * d);
+    const long long llama = analysis::llama_intermediate_size(d);
+    rows.push_back({std::to_string(d), std::to_string(4 * d), sci(dense, 4), fixed(analysis::swiglu_equal_params_width(d), 1),
+                    std::to_string(llama), sci(analysis::ffn_params(FfnKind::swiglu, d, llama), 4),
+                    fixed(analysis::ffn_params(FfnKind::swiglu, d, llama) / dense, 4)});
+  }
+  md << markdown_table({"d_model", "ReLU/GELU d_ff = 4d", "params", "SwiGLU 8d/3", "LLaMA rounding (x256)",
+                        "SwiGLU params", "ratio"},
+                       rows)
+     << '\n';
+
+  md << "## Post-LN vs Pre-LN: 12 random blocks, d_model 64, 16 tokens, seed 5\n\n"
+        "RMS of the activations entering each layer, and of the gradient of a fixed random linear loss "
+        "with respect to them (layer 12 = the output).\n\n";
+  const auto post = analysis::residual_stack(analysis::NormPlacement::post_ln, 12, 64, 16, 5);
+  const auto pre = analysis::residual_stack(analysis::NormPlacement::pre_ln, 12, 64, 16, 5);
+  rows.clear();
+  for (std::size_t l = 0; l < post.activation_rms.size(); ++l)
+    rows.push_back({std::to_string(l), fixed(post.activation_rms[l], 3), fixed(pre.activation_rms[l], 3),
+                    fixed(post.gradient_rms[l], 4), fixed(pre.gradient_rms[l], 4)});
+  md << markdown_table({"layer", "Post-LN activation RMS", "Pre-LN activation RMS", "Post-LN gradient RMS",
+                        "Pre-LN gradient RMS"},
+                       rows)
+     << '\n';
+
+  md << "## GELU: exact vs tanh approximation\n\n";
+  double gap = 0.0, where = 0.0;
+  for (int i = -6000; i <= 6000; ++i) {
+    const double x = i / 1000.0;
+    const double exact = 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+    const double approx = 0.5 * x * (1 + std::tanh(std::sqrt(2 / 3.141592653589793) * (x + 0.044715 * x * x * x)));
+    if (std::fabs(exact - approx) > gap) gap = std::fabs(exact - approx), where = x;
+  }
+  md << "max |GELU(x) - GELU_tanh(x)| on [-6, 6] (step 0.001): " << sci(gap, 3) << " at x = " << fixed(where, 3)
+     << "\n\n";
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
+  return md.str();
+}
+
+// ------------------------------------------------------------------------------------- --step
+
+void step_through(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, const SwigluWeights& w, double eps) {
+  std::ostream& out = std::cout;
+  const std::size_t d = x.shape()[1];
+  const Tensor2 row = xt::view(x, xt::range(0, 1), xt::all());
+  out << "LayerNorm and RMSNorm of token 0 (d_model = " << d << ", eps = " << eps << ")\n";
+  print_step(out, 1, "the input row x");
+  print_matrix(out, "x", row);
+  double mu = 0.0;
+  for (std::size_t j = 0; j < d; ++j) mu += row(0, j) / static_cast<double>(d);
+  print_step(out, 2, "LayerNorm: mean mu = (1/d) sum_j x_j = " + fixed(mu, 6));
+  DTensor2 centred = xt::cast<double>(row) - mu;
+  print_matrix(out, "x - mu", centred);
+  double var = 0.0;
+  for (double v : centred) var += v * v / static_cast<double>(d);
+  const double rstd = 1 / std::sqrt(var + eps);
+  print_step(out, 3, "variance sigma^2 = (1/d) sum_j (x_j - mu)^2 = " + fixed(var, 6) + ", 1/sqrt(sigma^2 + eps) = " + fixed(rstd, 6));
+  const DTensor2 xhat = centred * rstd;
+  print_matrix(out, "x_hat", xhat);
+  print_step(out, 4, "scale and shift: y = gamma * x_hat + beta");
+  print_matrix(out, "gamma", DTensor2(xt::reshape_view(xt::cast<double>(gamma), {std::size_t{1}, d})));
+  print_matrix(out, "beta", DTensor2(xt::reshape_view(xt::cast<double>(beta), {std::size_t{1}, d})));
+  const Tensor2 ln = ref::layer_norm(row, gamma, beta, eps);
+  print_matrix(out, "LayerNorm(x)", ln);
+
+  double ms = 0.0;
+  for (std::size_t j = 0; j < d; ++j) ms += static_cast<double>(row(0, j)) * row(0, j) / static_cast<double>(d);
+  print_step(out, 5, "RMSNorm: no mean; r = sqrt((1/d) sum_j x_j^2 + eps) = " + fixed(std::sqrt(ms + eps), 6));
+  print_matrix(out, "x / r", DTensor2(xt::cast<double>(row) / std::sqrt(ms + eps)));
+  print_matrix(out, "RMSNorm(x) = gamma * x / r", ref::rms_norm(row, gamma, eps));
+
+  print_step(out, 6, "activations at a few points");
+  const Tensor2 points = {{-3.0f, -1.2785f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f}};
+  print_matrix(out, "x", points);
+  print_matrix(out, "ReLU", ref::relu(points));
+  print_matrix(out, "GELU (erf)", ref::gelu(points));
+  print_matrix(out, "GELU (tanh)", ref::gelu_tanh(points));
+  print_matrix(out, "SiLU = Swish_1 (minimum -0.2785 at -1.2785)", ref::silu(points));
+
+  print_step(out, 7, "SwiGLU FFN of token 0: gate g = x W1, up u = x W2");
+  Tensor2 gate = xt::zeros<float>({std::size_t{1}, w.w1.shape()[1]}), up = gate;
+  for (std::size_t j = 0; j < w.w1.shape()[1]; ++j)
+    for (std::size_t c = 0; c < d; ++c) {
+      gate(0, j) += row(0, c) * w.w1(c, j);
+      up(0, j) += row(0, c) * w.w2(c, j);
+    }
+  print_matrix(out, "g", gate);
+  print_matrix(out, "u", up);
+  print_step(out, 8, "h = Swish(g) * u   (the Swish branch gates the linear branch)");
+  const Tensor2 h = ref::silu(gate) * up;
+  print_matrix(out, "h", h);
+  print_step(out, 9, "y = h W3 (back to d_model)");
+  print_matrix(out, "FFN_SwiGLU(x)", ref::ffn_swiglu(row, w));
+}
+
+// ---------------------------------------------------------------------------------------- run
+
+int run(const Options& o, const GlobalOptions& g) {
+  if (o.markdown || g.format == "markdown") {
+    std::cout << markdown(g);
+    return 0;
+  }
+  const char* fn = "01_normalization";
+  require_positive(fn, "--tokens", o.tokens);
+  require_positive(fn, "--d-model", o.d_model);
+  require(o.d_ff >= 0, fn, "--d-ff (", o.d_ff, ") must be >= 0 (0 means the LLaMA width for d_model)");
+  require(std::isfinite(o.eps) && o.eps >= 0, fn, "--eps (", o.eps, ") must be finite and >= 0");
+  const auto tokens = static_cast<std::size_t>(o.tokens), d = static_cast<std::size_t>(o.d_model);
+  const std::size_t d_ff = o.d_ff > 0 ? static_cast<std::size_t>(o.d_ff)
+                                      : static_cast<std::size_t>(analysis::llama_intermediate_size(o.d_model, 8));
+  Rng rng(g.seed);
+  const Tensor2 x = rng.normal_matrix(tokens, d);
+  const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
+  const SwigluWeights w = random_swiglu(rng, d, d_ff);
+  if (o.step) step_through(x, gamma, beta, w, o.eps);
+
+  const Outputs reference = run_backend("ref", x, gamma, beta, w, o.eps);
+  if (!o.dump.empty()) {
+    dump_npy(o.dump, "x", x);
+    dump_npy(o.dump, "gamma", gamma);
+    dump_npy(o.dump, "beta", beta);
+    dump_npy(o.dump, "w1", w.w1);
+    dump_npy(o.dump, "w2", w.w2);
+    dump_npy(o.dump, "w3", w.w3);
+  }
+  nlohmann::json results = nlohmann::json::array();
+  bool ok = true;
+  for (const auto& b : selected_backends(o.backend)) {
+    nlohmann::json entry = {{"backend", b}};
+    if (b == "cuda" && !cuda_usable()) {
+      entry["skipped"] = cuda::device_description();
+      results.push_back(entry);
+      continue;
+    }
+    const Outputs out = run_backend(b, x, gamma, beta, w, o.eps);
+    const std::pair<const char*, const Tensor2*> pairs[] = {{"layer_norm", &out.layer_norm}, {"rms_norm", &out.rms_norm},
+                                                             {"gelu", &out.gelu}, {"ffn_swiglu", &out.ffn_swiglu}};
+    const Tensor2* refs[] = {&reference.layer_norm, &reference.rms_norm, &reference.gelu, &reference.ffn_swiglu};
+    for (std::size_t i = 0; i < 4; ++i) {
+      const double err = max_abs_difference(*pairs[i].second, *refs[i]);
+      entry[pairs[i].first] = err;
+      ok = ok && err <= 1e-4;
+      if (!o.dump.empty()) dump_npy(o.dump, std::string(pairs[i].first) + "_" + b, *pairs[i].second);
+    }
+    results.push_back(entry);
+  }
+  if (o.json || g.format == "json") {
+    nlohmann::json doc = {{"chapter", fn}, {"seed", g.seed}, {"tokens", tokens}, {"d_model", d},
+                          {"d_ff", d_ff},  {"eps", o.eps},   {"max_abs_error_vs_ref", results}};
+    std::cout << doc.dump(2) << "\n";
+    return ok ? 0 : 1;
+  }
+  std::cout << "\nnorms, GELU and SwiGLU FFN: tokens " << tokens << ", d_model " << d << ", d_ff " << d_ff << ", seed "
+            << g.seed << " (max |out - ref|)\n";
+  for (const auto& r : results) {
+    std::cout << "  " << r["backend"].get<std::string>() << ":";
+    if (r.contains("skipped")) {
+      std::cout << " skipped (" << r["skipped"].get<std::string>() << ")\n";
+      continue;
+    }
+    for (const char* f : {"layer_norm", "rms_norm", "gelu", "ffn_swiglu"}) std::cout << "  " << f << " " << sci(r[f].get<double>(), 2);
+    std::cout << "\n";
+  }
+  if (!o.dump.empty()) std::cout << "wrote x.npy, gamma.npy, beta.npy, w1..w3.npy and the outputs to " << o.dump << "/\n";
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Chapter chapter_01() {
+  Chapter c;
+  c.name = "01_normalization";
+  c.alias = "norm";
+  c.summary = "LayerNorm and RMSNorm (forward, backward), ReLU/GELU/SiLU, SwiGLU FFN widths, Post-LN vs Pre-LN";
+  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+    auto options = std::make_shared<Options>();
+    CLI::App* sub = root.add_subcommand("01_normalization", "Chapter 01: normalization, activations and the FFN");
+    sub->alias("norm");
+    sub->fallthrough();
+    sub->add_flag("--step", options->step, "print LayerNorm, RMSNorm, the activations and SwiGLU step by step");
+    sub->add_option("--backend", options->backend, "ref | opt | cuda | all")->capture_default_str();
+    sub->add_option("--tokens", options->tokens, "number of tokens")->capture_default_str();
+    sub->add_option("--d-model", options->d_model, "model width d_model")->capture_default_str();
+    sub->add_option("--d-ff", options->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)");
+    sub->add_option("--eps", options->eps, "epsilon of the norms")->capture_default_str();
+    sub->add_flag("--json", options->json, "print the run as JSON");
+    sub->add_flag("--markdown", options->markdown, "print the chapter's documented results (results.md)");
+    sub->add_option("--dump", options->dump, "write x.npy, gamma.npy, ... and <function>_<backend>.npy to DIR");
+    sub->callback([options, &global] {
+      const int rc = run(*options, global);
+      if (rc != 0) throw CLI::RuntimeError(rc);
+    });
+  };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(), document_checks()}; };
+  return c;
+}
+
+}  // namespace tvlab::cli

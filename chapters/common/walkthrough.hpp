@@ -1,0 +1,106 @@
+#pragma once
+/// @file
+/// What every chapter's walkthrough (`tvlab NN_<topic>`) shares: global options, the chapter
+/// registry, the tour report, the document-number checks, printing and dumping helpers.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::cli {
+
+/// Options on the root command, valid before or after the chapter's name.
+struct GlobalOptions {
+  std::uint64_t seed = 42;
+  std::string format = "text";  ///< text | markdown | json
+  int threads = 0;              ///< 0 = OpenMP's default
+};
+
+/// One worked number of the documents, recomputed: `agrees` false means an erratum.
+struct DocumentCheck {
+  std::string source;          ///< "000 L13"
+  std::string quantity;        ///< "S and A, n = 8192, fp16, one head"
+  std::string document_says;   ///< "268 MB"
+  std::string computed;        ///< "268.4 MB (256.0 MiB)"
+  bool agrees = true;
+};
+
+/// Agreement of one backend with the reference on one documented example.
+struct Agreement {
+  std::string function, backend, example;
+  double max_abs_error = 0.0;
+  double tolerance = 0.0;
+  bool skipped = false;  ///< backend unavailable (no CUDA device)
+  bool ok() const { return skipped || max_abs_error <= tolerance; }
+};
+
+struct TourReport {
+  std::vector<Agreement> agreements;
+  std::vector<DocumentCheck> checks;
+  bool all_agree() const;
+};
+
+struct Chapter {
+  std::string name;     ///< "00_attention_basics"
+  std::string alias;    ///< "attention"
+  std::string summary;  ///< one line for `tvlab list`
+  /// Adds the chapter's subcommand to the root command.
+  std::function<void(CLI::App& root, GlobalOptions& global)> add_subcommand;
+  /// Runs the documented examples (deterministic) for `tvlab tour`.
+  std::function<TourReport(const GlobalOptions& global)> tour;
+};
+
+const std::vector<Chapter>& chapters();
+
+// ------------------------------------------------------------------------------------- helpers
+
+/// Backends named by `--backend ref|opt|cuda|all`, in that order.
+std::vector<std::string> selected_backends(const std::string& backend);
+bool cuda_usable();  ///< built with CUDA and a device present
+
+/// A labelled matrix, aligned, for a projector; larger than `max_show` rows/cols is elided.
+void print_matrix(std::ostream& out, const std::string& label, const DTensor2& m, int precision = 4,
+                  std::size_t max_show = 8);
+void print_matrix(std::ostream& out, const std::string& label, const Tensor2& m, int precision = 4,
+                  std::size_t max_show = 8);
+/// "--- Step 3: the row maximum ---------------------------------"
+void print_step(std::ostream& out, int number, const std::string& title);
+
+/// Markdown table from a header and rows.
+std::string markdown_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+/// Formats with a fixed number of significant digits ("1.340e+12", "0.6490").
+std::string sci(double value, int digits = 4);
+std::string fixed(double value, int decimals = 4);
+
+/// The agreements and document checks as Markdown (used by every chapter's results.md).
+std::string agreements_markdown(const std::vector<Agreement>& agreements);
+std::string checks_markdown(const std::vector<DocumentCheck>& checks);
+
+/// Writes `tensor` as `<dir>/<name>.npy` (creating dir); returns the path.
+std::string dump_npy(const std::string& dir, const std::string& name, const Tensor1& tensor);
+std::string dump_npy(const std::string& dir, const std::string& name, const Tensor2& tensor);
+std::string dump_npy(const std::string& dir, const std::string& name, const Tensor3& tensor);
+
+/// max |a - b| over all elements (shapes must match).
+double max_abs_difference(const Tensor2& a, const Tensor2& b);
+double max_abs_difference(const Tensor3& a, const Tensor3& b);
+
+}  // namespace tvlab::cli
+
+namespace tvlab::cli {
+
+/// A document's number against the computed one: it is reproduced when the computed value,
+/// rounded to the step the document printed (e.g. 0.1 for "25.1 GB"), gives the document's value.
+DocumentCheck check_number(std::string source, std::string quantity, std::string document_says, double document_value,
+                           double printed_step, double computed_value, std::string computed_text);
+
+/// Every chapter's Markdown page starts the same way.
+std::string results_header(const std::string& chapter, const std::string& title);
+
+}  // namespace tvlab::cli
