@@ -13,7 +13,7 @@ namespace tvlab::student {
 
 Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
   // BEGIN EXERCISE 01.1 "RMSNorm forward" "RMSNorm"
-  validate_norm("rms_norm", x, gamma, nullptr, nullptr, eps);
+  validate_norm("rms_norm", NormKind::rms_norm, x, gamma, nullptr, nullptr, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   Tensor2 y = Tensor2::from_shape({rows, d});
   for (std::size_t t = 0; t < rows; ++t) {
@@ -28,7 +28,7 @@ Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
 
 RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
   // BEGIN EXERCISE 01.2 "RMSNorm backward (dx and dgamma)" "The backward pass of RMSNorm"
-  validate_norm("rms_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("rms_norm_backward", NormKind::rms_norm, x, gamma, nullptr, &dy, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   RmsNormGrads g{Tensor2::from_shape({rows, d}), xt::zeros<float>({d})};
   std::vector<double> dgamma(d, 0.0);

@@ -1,43 +1,33 @@
 #include "tvlab/opt/activations.hpp"
 
-#include <cmath>
-#include <numbers>
-
+#include "detail/activation_ops.hpp"
 #include "tvlab/core/error.hpp"
 
 namespace tvlab::opt {
-
-// Float forms of the reference formulas. erff/tanhf/expf are float libm calls; the loops
-// below are simple enough for the compiler to vectorise where libmvec has the function.
-float gelu_scalar(float v) { return 0.5f * v * (1.0f + std::erf(v * static_cast<float>(1.0 / std::numbers::sqrt2))); }
-
-float gelu_tanh_scalar(float v) {
-  constexpr float sqrt_2_over_pi = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * v * (1.0f + std::tanh(sqrt_2_over_pi * (v + 0.044715f * v * v * v)));
-}
-
-// For v << 0, exp(-v) overflows to inf and v / inf = -0: the right limit, no NaN.
-float silu_scalar(float v) { return v / (1.0f + std::exp(-v)); }
-
 namespace {
 
-template <class F>
-Tensor2 elementwise(const char* fn, const Tensor2& x, F f) {
+// Chunks of 16 Ki floats (64 KiB) per thread: enough work per chunk to amortise the thread
+// scheduling, small enough to balance two or more cores.
+template <class Op>
+Tensor2 elementwise(const char* fn, const Tensor2& x, Op op) {
   require_finite(fn, "x", x);
   Tensor2 y = Tensor2::from_shape({x.shape()[0], x.shape()[1]});
-  const float* in = x.data();
-  float* out = y.data();
-  const auto n = static_cast<std::ptrdiff_t>(x.size());
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (std::ptrdiff_t i = 0; i < n; ++i) out[i] = f(in[i]);
+  constexpr std::size_t chunk = 16384;
+  const std::size_t n = x.size();
+  const auto chunks = static_cast<std::ptrdiff_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * chunk, len = std::min(chunk, n - begin);
+    detail::apply(x.data() + begin, nullptr, y.data() + begin, len, op);
+  }
   return y;
 }
 
 }  // namespace
 
-Tensor2 relu(const Tensor2& x) { return elementwise("relu", x, relu_scalar); }
-Tensor2 gelu(const Tensor2& x) { return elementwise("gelu", x, gelu_scalar); }
-Tensor2 gelu_tanh(const Tensor2& x) { return elementwise("gelu_tanh", x, gelu_tanh_scalar); }
-Tensor2 silu(const Tensor2& x) { return elementwise("silu", x, silu_scalar); }
+Tensor2 relu(const Tensor2& x) { return elementwise("relu", x, detail::Relu{}); }
+Tensor2 gelu(const Tensor2& x) { return elementwise("gelu", x, detail::Gelu{}); }
+Tensor2 gelu_tanh(const Tensor2& x) { return elementwise("gelu_tanh", x, detail::GeluTanh{}); }
+Tensor2 silu(const Tensor2& x) { return elementwise("silu", x, detail::Silu{}); }
 
 }  // namespace tvlab::opt

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "tvlab/core/error.hpp"
+
 namespace tvlab::opt {
 namespace {
 
@@ -17,7 +19,9 @@ struct RowStats {
 };
 
 // Two SIMD passes in float: the mean, then the variance around it (no E[x^2] - E[x]^2
-// cancellation, which loses everything when |mean| >> std).
+// cancellation, which loses everything when |mean| >> std). Float keeps eight lanes per AVX2
+// register, so the passes run at memory speed; rows where float is not enough are redone in
+// double (see redo_flagged_rows).
 RowStats layer_norm_stats(const float* x, std::size_t d, double eps) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -26,8 +30,37 @@ RowStats layer_norm_stats(const float* x, std::size_t d, double eps) {
   float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
   for (std::size_t j = 0; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
-  const float var = sq / static_cast<float>(d);
-  return {mean, static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + eps))};
+  return {mean, static_cast<float>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps))};
+}
+
+// Double-precision versions of one row, for rows whose float statistics overflowed.
+void layer_norm_row_in_double(const float* x, const float* g, const float* b, float* y, std::size_t d, double eps) {
+  double mean = 0.0, var = 0.0;
+  for (std::size_t j = 0; j < d; ++j) mean += x[j];
+  mean /= static_cast<double>(d);
+  for (std::size_t j = 0; j < d; ++j) var += (x[j] - mean) * (x[j] - mean);
+  const double rstd = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
+  for (std::size_t j = 0; j < d; ++j) y[j] = static_cast<float>(g[j] * (x[j] - mean) * rstd + b[j]);
+}
+
+void rms_norm_row_in_double(const float* x, const float* g, float* y, std::size_t d, double eps) {
+  double ms = 0.0;
+  for (std::size_t j = 0; j < d; ++j) ms += static_cast<double>(x[j]) * x[j];
+  const double r = std::sqrt(ms / static_cast<double>(d) + eps);
+  for (std::size_t j = 0; j < d; ++j) y[j] = static_cast<float>(g[j] * x[j] / r);
+}
+
+// Rows whose float statistics are not finite hold a NaN/inf (bad input: throw, naming the
+// element) or values whose squares overflow float (|x| > 1.8e19: valid, redo in double).
+// Flagged inside the parallel pass, handled here: no exception may leave an OpenMP region.
+template <class Redo>
+void redo_flagged_rows(const char* fn, const Tensor2& x, const std::vector<unsigned char>& flagged, Redo redo) {
+  for (std::size_t t = 0; t < flagged.size(); ++t) {
+    if (!flagged[t]) continue;
+    for (std::size_t j = 0; j < x.shape()[1]; ++j)
+      if (!std::isfinite(x(t, j))) fail(fn, "x has a non-finite value (", x(t, j), ") at (", t, ", ", j, ")");
+    redo(t);
+  }
 }
 
 float rms_rstd(const float* x, std::size_t d, double eps) {
@@ -40,25 +73,39 @@ float rms_rstd(const float* x, std::size_t d, double eps) {
 }  // namespace
 
 Tensor2 layer_norm(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, double eps) {
-  validate_norm("layer_norm", x, gamma, &beta, nullptr, eps);
+  Tensor2 y;
+  layer_norm_into(x, gamma, beta, eps, y);
+  return y;
+}
+
+void layer_norm_into(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, double eps, Tensor2& y) {
+  // x is checked for NaN/inf inside the statistics pass below, not by a separate scan.
+  validate_norm("layer_norm", NormKind::layer_norm, x, gamma, &beta, nullptr, eps, /*check_x_values=*/false);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
-  Tensor2 y = Tensor2::from_shape({rows, d});
+  if (y.shape() != x.shape()) y.resize({rows, d});
   const float* g = gamma.data();
   const float* b = beta.data();
+  std::vector<unsigned char> flagged(rows, 0);
 #pragma omp parallel for schedule(static) if (worth_threading(rows, d))
   for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(rows); ++t) {
     const float* xr = x.data() + static_cast<std::size_t>(t) * d;
     float* yr = y.data() + static_cast<std::size_t>(t) * d;
     const RowStats s = layer_norm_stats(xr, d, eps);
+    if (!std::isfinite(s.mean) || !std::isfinite(s.rstd) || s.rstd == 0.0f) {
+      flagged[static_cast<std::size_t>(t)] = 1;
+      continue;
+    }
     // Fused: y = gamma * (x - mean) * rstd + beta in one pass.
 #pragma omp simd
     for (std::size_t j = 0; j < d; ++j) yr[j] = g[j] * ((xr[j] - s.mean) * s.rstd) + b[j];
   }
-  return y;
+  redo_flagged_rows("layer_norm", x, flagged, [&](std::size_t t) {
+    layer_norm_row_in_double(x.data() + t * d, g, b, y.data() + t * d, d, eps);
+  });
 }
 
 LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
-  validate_norm("layer_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("layer_norm_backward", NormKind::layer_norm, x, gamma, nullptr, &dy, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   LayerNormGrads out{Tensor2::from_shape({rows, d}), xt::zeros<float>({d}), xt::zeros<float>({d})};
   const float* g = gamma.data();
@@ -72,7 +119,7 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
       const float* dyr = dy.data() + static_cast<std::size_t>(t) * d;
       float* dxr = out.dx.data() + static_cast<std::size_t>(t) * d;
       const RowStats s = layer_norm_stats(xr, d, eps);
-      float sum_g = 0.0f, sum_gx = 0.0f;
+      double sum_g = 0.0, sum_gx = 0.0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
       for (std::size_t j = 0; j < d; ++j) {
         xhat[j] = (xr[j] - s.mean) * s.rstd;
@@ -82,7 +129,8 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
         dgamma[j] += dyr[j] * xhat[j];
         dbeta[j] += dyr[j];
       }
-      const float mean_g = sum_g / static_cast<float>(d), mean_gx = sum_gx / static_cast<float>(d);
+      const auto mean_g = static_cast<float>(sum_g / static_cast<double>(d));
+      const auto mean_gx = static_cast<float>(sum_gx / static_cast<double>(d));
 #pragma omp simd
       for (std::size_t j = 0; j < d; ++j) dxr[j] = s.rstd * (g[j] * dyr[j] - mean_g - xhat[j] * mean_gx);
     }
@@ -96,23 +144,37 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
 }
 
 Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
-  validate_norm("rms_norm", x, gamma, nullptr, nullptr, eps);
+  Tensor2 y;
+  rms_norm_into(x, gamma, eps, y);
+  return y;
+}
+
+void rms_norm_into(const Tensor2& x, const Tensor1& gamma, double eps, Tensor2& y) {
+  // x is checked for NaN/inf inside the sum-of-squares pass below, not by a separate scan.
+  validate_norm("rms_norm", NormKind::rms_norm, x, gamma, nullptr, nullptr, eps, /*check_x_values=*/false);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
-  Tensor2 y = Tensor2::from_shape({rows, d});
+  if (y.shape() != x.shape()) y.resize({rows, d});
   const float* g = gamma.data();
+  std::vector<unsigned char> flagged(rows, 0);
 #pragma omp parallel for schedule(static) if (worth_threading(rows, d))
   for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(rows); ++t) {
     const float* xr = x.data() + static_cast<std::size_t>(t) * d;
     float* yr = y.data() + static_cast<std::size_t>(t) * d;
     const float rstd = rms_rstd(xr, d, eps);
+    if (!std::isfinite(rstd) || rstd == 0.0f) {
+      flagged[static_cast<std::size_t>(t)] = 1;
+      continue;
+    }
 #pragma omp simd
     for (std::size_t j = 0; j < d; ++j) yr[j] = g[j] * (xr[j] * rstd);
   }
-  return y;
+  redo_flagged_rows("rms_norm", x, flagged, [&](std::size_t t) {
+    rms_norm_row_in_double(x.data() + t * d, g, y.data() + t * d, d, eps);
+  });
 }
 
 RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
-  validate_norm("rms_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("rms_norm_backward", NormKind::rms_norm, x, gamma, nullptr, &dy, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   RmsNormGrads out{Tensor2::from_shape({rows, d}), xt::zeros<float>({d})};
   const float* g = gamma.data();
@@ -125,14 +187,14 @@ RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Ten
       const float* dyr = dy.data() + static_cast<std::size_t>(t) * d;
       float* dxr = out.dx.data() + static_cast<std::size_t>(t) * d;
       const float rstd = rms_rstd(xr, d, eps);
-      float sum_gx = 0.0f;
+      double sum_gx = 0.0;
 #pragma omp simd reduction(+ : sum_gx)
       for (std::size_t j = 0; j < d; ++j) {
         const float xhat = xr[j] * rstd;
         sum_gx += g[j] * dyr[j] * xhat;
         dgamma[j] += dyr[j] * xhat;
       }
-      const float mean_gx = sum_gx / static_cast<float>(d);
+      const auto mean_gx = static_cast<float>(sum_gx / static_cast<double>(d));
 #pragma omp simd
       for (std::size_t j = 0; j < d; ++j) dxr[j] = rstd * (g[j] * dyr[j] - xr[j] * rstd * mean_gx);
     }

@@ -5,7 +5,7 @@
 namespace tvlab::ref {
 
 Tensor2 layer_norm(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, double eps) {
-  validate_norm("layer_norm", x, gamma, &beta, nullptr, eps);
+  validate_norm("layer_norm", NormKind::layer_norm, x, gamma, &beta, nullptr, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   Tensor2 y = Tensor2::from_shape({rows, d});
   for (std::size_t t = 0; t < rows; ++t) {
@@ -25,7 +25,7 @@ Tensor2 layer_norm(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, 
 }
 
 LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
-  validate_norm("layer_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("layer_norm_backward", NormKind::layer_norm, x, gamma, nullptr, &dy, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   LayerNormGrads g{Tensor2::from_shape({rows, d}), Tensor1::from_shape({d}), Tensor1::from_shape({d})};
   DTensor1 dgamma = xt::zeros<double>({d}), dbeta = xt::zeros<double>({d});
@@ -64,7 +64,7 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
 }
 
 Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
-  validate_norm("rms_norm", x, gamma, nullptr, nullptr, eps);
+  validate_norm("rms_norm", NormKind::rms_norm, x, gamma, nullptr, nullptr, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   Tensor2 y = Tensor2::from_shape({rows, d});
   for (std::size_t t = 0; t < rows; ++t) {
@@ -80,7 +80,7 @@ Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
 }
 
 RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
-  validate_norm("rms_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("rms_norm_backward", NormKind::rms_norm, x, gamma, nullptr, &dy, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
   RmsNormGrads g{Tensor2::from_shape({rows, d}), Tensor1::from_shape({d})};
   DTensor1 dgamma = xt::zeros<double>({d});

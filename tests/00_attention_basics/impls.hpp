@@ -2,6 +2,7 @@
 // Chapter 00's implementation registry: every backend of softmax / attention under one name.
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,8 @@ struct Impl {
 
 /// ref, opt, cuda in the chapter's test program; student in the exercise program.
 const std::vector<Impl>& registry();
+
+/// gtest prints a parameter through PrintTo: the implementation's name, not its bytes.
+inline void PrintTo(const Impl& impl, std::ostream* out) { *out << impl.name; }
 
 }  // namespace tvlab::ch00

@@ -57,6 +57,8 @@ TEST_P(SoftmaxCases, matches_oracle) {
                        "subtract the row maximum before exp, and give -inf entries weight 0"}));
 }
 
+void PrintTo(const SoftmaxCase& c, std::ostream* out) { *out << c.label; }
+
 const SoftmaxCase kSoftmaxCases[] = {
     {"one element", 1, 1, 1.0, 0},
     {"odd width", 5, 13, 2.0, 0},
@@ -177,6 +179,8 @@ TEST_P(AttentionCases, matches_oracle) {
         EXPECT_EQ(out(h, c.seq_q / 2, d), 0.0f) << "a fully masked query row must give output 0 (h=" << h << ", d=" << d << ")";
   }
 }
+
+void PrintTo(const AttentionCase& c, std::ostream* out) { *out << c.label << ", " << mask_name(c.mask); }
 
 const AttentionCase kAttentionCases[] = {
     {"n = 1, d = 1", 1, 1, 1, 1, 1, MaskKind::none, 1.0},

@@ -2,6 +2,7 @@
 // Chapter 01's implementation registry: every backend of the norms, activations and FFNs.
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,5 +27,8 @@ struct Impl {
 };
 
 const std::vector<Impl>& registry();
+
+/// gtest prints a parameter through PrintTo: the implementation's name, not its bytes.
+inline void PrintTo(const Impl& impl, std::ostream* out) { *out << impl.name; }
 
 }  // namespace tvlab::ch01

@@ -28,6 +28,8 @@ struct NormCase {
   double offset, scale;  // x ~ offset + scale * N(0, 1)
 };
 
+void PrintTo(const NormCase& c, std::ostream* out) { *out << c.label; }
+
 const NormCase kNormCases[] = {
     {"one element", 1, 1, 0.0, 1.0},
     {"odd width", 3, 7, 0.0, 1.0},
@@ -231,6 +233,37 @@ TEST_P(RmsNorm, ignores_a_scale_of_the_row_when_eps_is_zero) {
                       {1e-6, 1e-6}, {"rms_norm(4x) vs rms_norm(x), eps = 0", {"t", "j"}, 0, "", ""}));
 }
 
+// |x| ~ 1e20: squares overflow float (max 3.4e38), yet the normalised row is well defined.
+Tensor2 huge_rows() {
+  Rng rng(23);
+  Tensor2 x = rng.normal_matrix(3, 37);
+  x *= 1e20f;
+  return x;
+}
+
+TEST_P(LayerNorm, handles_values_whose_squares_overflow_float) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  const Tensor2 x = huge_rows();
+  const Tensor1 gamma = xt::ones<float>({37}), beta = xt::zeros<float>({37});
+  const DTensor1 beta_d = to_double(beta);
+  EXPECT_TRUE(matches(impl.layer_norm(x, gamma, beta, 1e-5), norm_oracle(to_double(x), to_double(gamma), &beta_d, 1e-5),
+                      {1e-5, reduction_rtol(37)},
+                      {"layer_norm of rows with |x| ~ 1e20", {"t", "j"}, 23, "",
+                       "sum of squares overflows float: accumulate in double, or redo such rows in double"}));
+}
+
+TEST_P(RmsNorm, handles_values_whose_squares_overflow_float) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  const Tensor2 x = huge_rows();
+  const Tensor1 gamma = xt::ones<float>({37});
+  EXPECT_TRUE(matches(impl.rms_norm(x, gamma, 1e-6), norm_oracle(to_double(x), to_double(gamma), nullptr, 1e-6),
+                      {1e-5, reduction_rtol(37)},
+                      {"rms_norm of rows with |x| ~ 1e20", {"t", "j"}, 23, "",
+                       "sum of squares overflows float: accumulate in double, or redo such rows in double"}));
+}
+
 TEST_P(LayerNorm, rejects_bad_input_naming_the_parameter) {
   const Impl& impl = GetParam();
   const Tensor2 x = xt::ones<float>({2, 4});
@@ -242,6 +275,11 @@ TEST_P(LayerNorm, rejects_bad_input_naming_the_parameter) {
                                   {"layer_norm", "x", "empty"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.layer_norm_backward(x, g4, Tensor2(xt::ones<float>({3, 4})), 1e-5); },
                                   {"layer_norm_backward", "dy"}));
+  // eps = 0 and a constant row: (x - mu) / sqrt(0) is 0/0.
+  EXPECT_TRUE(throws_error_naming([&] { impl.layer_norm(x, g4, g4, 0.0); }, {"layer_norm", "eps", "zero variance"}));
+  Tensor2 bad = x;
+  bad(1, 3) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.layer_norm(bad, g4, g4, 1e-5); }, {"layer_norm", "x", "non-finite"}));
 }
 
 TEST_P(RmsNorm, rejects_bad_input_naming_the_parameter) {
@@ -256,6 +294,10 @@ TEST_P(RmsNorm, rejects_bad_input_naming_the_parameter) {
                                   {"rms_norm", "eps"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm_backward(x, g4, Tensor2(xt::ones<float>({2, 3})), 1e-6); },
                                   {"rms_norm_backward", "dy"}));
+  const Tensor2 zero_row = {{1, 2, 3, 4}, {0, 0, 0, 0}};
+  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(zero_row, g4, 0.0); }, {"rms_norm", "eps", "zero mean square"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm_backward(zero_row, g4, zero_row, 0.0); },
+                                  {"rms_norm_backward", "eps"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch01, LayerNorm, ::testing::ValuesIn(providing(registry(), &Impl::layer_norm)), ImplName());

@@ -41,7 +41,7 @@ __global__ void masked_softmax_kernel(float* x, int seq_q, int cols, bool causal
     row[j] = e;
     l += e;
   }
-  l = tvlab::cuda::detail::block_sum(l, scratch);
+  l = tvlab::cuda::detail::block_sum<float>(l, scratch);
   // Pass 3: normalise.
   const float inv_l = 1.0f / l;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) row[j] *= inv_l;

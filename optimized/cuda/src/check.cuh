@@ -31,7 +31,8 @@ cublasHandle_t cublas_handle();
 
 /// Sum / max over a thread block, by warp shuffles then one shared-memory round.
 /// `scratch` must hold 32 floats. Every thread gets the result.
-__device__ inline float warp_sum(float x) {
+template <class T>
+__device__ inline T warp_sum(T x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
@@ -39,13 +40,14 @@ __device__ inline float warp_max(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
-__device__ inline float block_sum(float x, float* scratch) {
+template <class T>
+__device__ inline T block_sum(T x, T* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
   x = warp_sum(x);
   __syncthreads();  // scratch may still be read by a previous reduction
   if (lane == 0) scratch[warp] = x;
   __syncthreads();
-  x = (lane < warps) ? scratch[lane] : 0.0f;
+  x = (lane < warps) ? scratch[lane] : T(0);
   return warp_sum(x);
 }
 __device__ inline float block_max(float x, float* scratch) {

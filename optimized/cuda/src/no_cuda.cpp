@@ -25,6 +25,7 @@ void copy_to_device(void*, const void*, std::size_t) { no_cuda("copy_to_device")
 void copy_to_host(void*, const void*, std::size_t) { no_cuda("copy_to_host"); }
 void fill_bytes(void*, int, std::size_t) { no_cuda("fill_bytes"); }
 void synchronize() { no_cuda("synchronize"); }
+double time_kernel_ms(void (*)(void*), void*, int) { no_cuda("time_kernel_ms"); }
 
 void softmax_rows(float*, std::size_t, std::size_t) { no_cuda("softmax_rows"); }
 void scaled_dot_product_attention(const AttentionArgs&) { no_cuda("scaled_dot_product_attention"); }

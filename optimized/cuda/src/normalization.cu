@@ -10,25 +10,26 @@ using tvlab::cuda::detail::block_sum;
 constexpr int kThreads = 256;
 
 // One block per row. mean (LayerNorm only) and 1/sigma by block reductions, then
-// y = gamma * (x - mean) * rstd (+ beta) in the same kernel.
+// y = gamma * (x - mean) * rstd (+ beta) in the same kernel. The sums are accumulated in double:
+// the kernel is memory-bound, so this costs nothing, and squares of |x| > 1.8e19 cannot overflow.
 template <bool kLayerNorm>
 __global__ void norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, int cols,
                                     float eps) {
-  __shared__ float scratch[32];
+  __shared__ double scratch[32];
   const float* xr = x + static_cast<long long>(blockIdx.x) * cols;
   float* yr = y + static_cast<long long>(blockIdx.x) * cols;
-  float mean = 0.0f;
+  double mean = 0.0;
   if (kLayerNorm) {
-    float s = 0.0f;
+    double s = 0.0;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
     mean = block_sum(s, scratch) / cols;
   }
-  float sq = 0.0f;
+  double sq = 0.0;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
-  const float rstd = rsqrtf(block_sum(sq, scratch) / cols + eps);
+  const double rstd = rsqrt(block_sum(sq, scratch) / cols + eps);
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float v = gamma[j] * ((xr[j] - mean) * rstd);
-    yr[j] = kLayerNorm ? v + beta[j] : v;
+    const double v = gamma[j] * ((xr[j] - mean) * rstd);
+    yr[j] = static_cast<float>(kLayerNorm ? v + beta[j] : v);
   }
 }
 
@@ -37,34 +38,34 @@ __global__ void norm_forward_kernel(const float* x, const float* gamma, const fl
 template <bool kLayerNorm>
 __global__ void norm_backward_rows_kernel(const float* x, const float* gamma, const float* dy, float* dx,
                                           float* stats, int cols, float eps) {
-  __shared__ float scratch[32];
+  __shared__ double scratch[32];
   const long long offset = static_cast<long long>(blockIdx.x) * cols;
   const float *xr = x + offset, *dyr = dy + offset;
   float* dxr = dx + offset;
-  float mean = 0.0f;
+  double mean = 0.0;
   if (kLayerNorm) {
-    float s = 0.0f;
+    double s = 0.0;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
     mean = block_sum(s, scratch) / cols;
   }
-  float sq = 0.0f;
+  double sq = 0.0;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
-  const float rstd = rsqrtf(block_sum(sq, scratch) / cols + eps);
-  float sum_g = 0.0f, sum_gx = 0.0f;
+  const double rstd = rsqrt(block_sum(sq, scratch) / cols + eps);
+  double sum_g = 0.0, sum_gx = 0.0;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float g = gamma[j] * dyr[j];
+    const double g = static_cast<double>(gamma[j]) * dyr[j];
     sum_g += g;
     sum_gx += g * (xr[j] - mean) * rstd;
   }
-  const float mean_g = kLayerNorm ? block_sum(sum_g, scratch) / cols : 0.0f;
-  const float mean_gx = block_sum(sum_gx, scratch) / cols;
+  const double mean_g = kLayerNorm ? block_sum(sum_g, scratch) / cols : 0.0;
+  const double mean_gx = block_sum(sum_gx, scratch) / cols;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float xhat = (xr[j] - mean) * rstd;
-    dxr[j] = rstd * (gamma[j] * dyr[j] - mean_g - xhat * mean_gx);
+    const double xhat = (xr[j] - mean) * rstd;
+    dxr[j] = static_cast<float>(rstd * (static_cast<double>(gamma[j]) * dyr[j] - mean_g - xhat * mean_gx));
   }
   if (threadIdx.x == 0) {
-    stats[2 * blockIdx.x] = mean;
-    stats[2 * blockIdx.x + 1] = rstd;
+    stats[2 * blockIdx.x] = static_cast<float>(mean);
+    stats[2 * blockIdx.x + 1] = static_cast<float>(rstd);
   }
 }
 

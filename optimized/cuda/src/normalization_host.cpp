@@ -65,24 +65,24 @@ Tensor2 backward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const 
 }  // namespace
 
 Tensor2 layer_norm(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, double eps) {
-  validate_norm("layer_norm", x, gamma, &beta, nullptr, eps);
+  validate_norm("layer_norm", NormKind::layer_norm, x, gamma, &beta, nullptr, eps);
   return forward(true, x, gamma, &beta, eps);
 }
 
 Tensor2 rms_norm(const Tensor2& x, const Tensor1& gamma, double eps) {
-  validate_norm("rms_norm", x, gamma, nullptr, nullptr, eps);
+  validate_norm("rms_norm", NormKind::rms_norm, x, gamma, nullptr, nullptr, eps);
   return forward(false, x, gamma, nullptr, eps);
 }
 
 LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
-  validate_norm("layer_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("layer_norm_backward", NormKind::layer_norm, x, gamma, nullptr, &dy, eps);
   LayerNormGrads g;
   g.dx = backward(true, x, gamma, dy, eps, g.dgamma, &g.dbeta);
   return g;
 }
 
 RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Tensor2& dy, double eps) {
-  validate_norm("rms_norm_backward", x, gamma, nullptr, &dy, eps);
+  validate_norm("rms_norm_backward", NormKind::rms_norm, x, gamma, nullptr, &dy, eps);
   RmsNormGrads g;
   g.dx = backward(false, x, gamma, dy, eps, g.dgamma, nullptr);
   return g;

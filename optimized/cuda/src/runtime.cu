@@ -55,3 +55,35 @@ cublasHandle_t cublas_handle() {
 
 }  // namespace detail
 }  // namespace tvlab::cuda
+
+#include <algorithm>
+#include <vector>
+
+namespace tvlab::cuda::device {
+
+double time_kernel_ms(void (*work)(void*), void* context, int repeats) {
+  static void* flush_buffer = nullptr;
+  constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // larger than any current L2 (H100/H200: 50 MiB)
+  if (!flush_buffer) TVLAB_CUDA_CHECK(cudaMalloc(&flush_buffer, kFlushBytes));
+  cudaEvent_t start, stop;
+  TVLAB_CUDA_CHECK(cudaEventCreate(&start));
+  TVLAB_CUDA_CHECK(cudaEventCreate(&stop));
+  work(context);  // warm-up (cuBLAS heuristics, lazy module loading)
+  std::vector<float> times;
+  for (int r = 0; r < repeats; ++r) {
+    TVLAB_CUDA_CHECK(cudaMemset(flush_buffer, r, kFlushBytes));
+    TVLAB_CUDA_CHECK(cudaEventRecord(start));
+    work(context);
+    TVLAB_CUDA_CHECK(cudaEventRecord(stop));
+    TVLAB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    TVLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace tvlab::cuda::device

@@ -2,13 +2,13 @@
 /// @file
 /// Threaded, vectorised activations (chapter 01). Must match `tvlab::ref::relu` etc.
 
-#include <cstddef>
-
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::opt {
 
 /// @ingroup ch01
+/// Each activation runs as xsimd batches (`xsimd::erf`, `xsimd::tanh`, `xsimd::exp` on 8 or 16
+/// floats at once) over 64 KiB chunks shared among the threads.
 Tensor2 relu(const Tensor2& x);
 /// @ingroup ch01
 Tensor2 gelu(const Tensor2& x);
@@ -16,11 +16,5 @@ Tensor2 gelu(const Tensor2& x);
 Tensor2 gelu_tanh(const Tensor2& x);
 /// @ingroup ch01
 Tensor2 silu(const Tensor2& x);
-
-/// The scalar forms, in float, shared by the fused FFN epilogues.
-inline float relu_scalar(float v) { return v > 0.0f ? v : 0.0f; }
-float gelu_scalar(float v);
-float gelu_tanh_scalar(float v);
-float silu_scalar(float v);
 
 }  // namespace tvlab::opt

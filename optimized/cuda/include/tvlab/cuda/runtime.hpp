@@ -61,3 +61,11 @@ class DeviceBuffer {
 };
 
 }  // namespace tvlab::cuda
+
+namespace tvlab::cuda::device {
+
+/// Times `work` with CUDA events: one warm-up call, then `repeats` calls, each after an L2
+/// flush (a 256 MiB memset), so every repeat reads its inputs from HBM. Returns the median in ms.
+double time_kernel_ms(void (*work)(void*), void* context, int repeats = 10);
+
+}  // namespace tvlab::cuda::device
