@@ -112,15 +112,15 @@ void BM_cuda_cublas_same_flops(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(tvlab::bench::BM_memcpy)->Arg(64 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(512)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(tvlab::bench::BM_memcpy)->Arg(64 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention<ref::scaled_dot_product_attention>)->Name("ref_attention")->Arg(128)->Arg(256)->Arg(512)
-    ->Unit(benchmark::kMillisecond);
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attention<opt::scaled_dot_product_attention>)->Name("opt_attention")->Arg(128)->Arg(256)->Arg(512)
-    ->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_softmax<ref::softmax>)->Name("ref_softmax")->Args({1024, 1024})->Unit(benchmark::kMicrosecond);
+    ->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_softmax<ref::softmax>)->Name("ref_softmax")->Args({1024, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_softmax<opt::softmax>)->Name("opt_softmax")->Args({1024, 1024})->Args({4096, 4096})
-    ->Unit(benchmark::kMicrosecond);
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -122,19 +122,19 @@ void BM_cuda_rms_norm(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(tvlab::bench::BM_memcpy)->Arg(64 << 20)->Unit(benchmark::kMillisecond);
-BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ref_layer_norm)->Name("ref_layer_norm")->Args({4096, 4096})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_opt_layer_norm)->Name("opt_layer_norm")->Args({4096, 4096})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ref_rms_norm)->Name("ref_rms_norm")->Args({4096, 4096})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_opt_rms_norm)->Name("opt_rms_norm")->Args({4096, 4096})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_activation<opt::gelu, ref::gelu>)->Name("opt_gelu")->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_activation<ref::gelu, ref::gelu>)->Name("ref_gelu")->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_activation<opt::silu, ref::silu>)->Name("opt_silu")->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_activation<ref::silu, ref::silu>)->Name("ref_silu")->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ffn_swiglu<ref::ffn_swiglu>)->Name("ref_ffn_swiglu")->Args({64, 512})->Unit(benchmark::kMillisecond);
+BENCHMARK(tvlab::bench::BM_memcpy)->Arg(64 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ref_layer_norm)->Name("ref_layer_norm")->Args({4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_opt_layer_norm)->Name("opt_layer_norm")->Args({4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ref_rms_norm)->Name("ref_rms_norm")->Args({4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_opt_rms_norm)->Name("opt_rms_norm")->Args({4096, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_activation<opt::gelu, ref::gelu>)->Name("opt_gelu")->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_activation<ref::gelu, ref::gelu>)->Name("ref_gelu")->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_activation<opt::silu, ref::silu>)->Name("opt_silu")->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_activation<ref::silu, ref::silu>)->Name("ref_silu")->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ffn_swiglu<ref::ffn_swiglu>)->Name("ref_ffn_swiglu")->Args({64, 512})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ffn_swiglu<opt::ffn_swiglu>)->Name("opt_ffn_swiglu")->Args({64, 512})->Args({512, 1024})
-    ->Unit(benchmark::kMillisecond);
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

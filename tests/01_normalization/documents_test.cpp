@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 
 #include "tvlab/analysis/attention_cost.hpp"
@@ -91,16 +92,20 @@ TEST(Ch01Documents, post_ln_keeps_activations_at_unit_scale_pre_ln_lets_them_gro
     EXPECT_GT(pre.activation_rms[static_cast<std::size_t>(l)], pre.activation_rms[static_cast<std::size_t>(l - 1)]);
 }
 
-TEST(Ch01Documents, pre_ln_gradient_reaches_the_bottom_post_ln_gradient_decays) {
+TEST(Ch01Documents, pre_ln_gradient_grows_toward_the_input_post_ln_gradient_stays_level) {
   const int layers = 24;
-  const auto post = residual_stack(NormPlacement::post_ln, layers, 32, 8, 6);
-  const auto pre = residual_stack(NormPlacement::pre_ln, layers, 32, 8, 6);
-  // Pre-LN has an identity path from output to input: the input gradient keeps its size.
-  const double pre_ratio = pre.gradient_rms.front() / pre.gradient_rms.back();
-  const double post_ratio = post.gradient_rms.front() / post.gradient_rms.back();
-  EXPECT_GT(pre_ratio, 0.5);
-  // Post-LN divides by the RMS of x + F(x) (> 1) at every layer on the way down.
-  EXPECT_LT(post_ratio, 0.5 * pre_ratio);
+  for (std::uint64_t seed : {5, 6, 7}) {
+    const auto post = residual_stack(NormPlacement::post_ln, layers, 32, 8, seed);
+    const auto pre = residual_stack(NormPlacement::pre_ln, layers, 32, 8, seed);
+    // Pre-LN: dx_l = dx_{l+1} + LN'(F'(dx_{l+1})): an identity path plus one branch per layer,
+    // so the gradient at the input is several times the gradient at the output.
+    EXPECT_GT(pre.gradient_rms.front() / pre.gradient_rms.back(), 2.0) << "seed " << seed;
+    // Post-LN: each layer multiplies by (I + F') and divides by the RMS of x + F(x); with He
+    // initialisation the two roughly cancel and the gradient keeps its order of magnitude.
+    const double post_ratio = post.gradient_rms.front() / post.gradient_rms.back();
+    EXPECT_GT(post_ratio, 0.5) << "seed " << seed;
+    EXPECT_LT(post_ratio, 2.0) << "seed " << seed;
+  }
 }
 
 TEST(Ch01Documents, calculators_reject_bad_sizes) {
