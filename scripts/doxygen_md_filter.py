@@ -15,14 +15,24 @@ text = path.read_text()
 
 
 def page_label(p: pathlib.Path) -> str:
+    """chapters/00_x/README.md -> chapter_00_x, chapters/00_x/lab.md -> chapter_00_x_lab,
+    exercises/00_x/exercises.md -> exercises_00_x, docs/glossary.md -> glossary."""
     parts = p.resolve().parts
-    if "chapters" in parts and p.name != "README.md":
-        return f"{parts[parts.index('chapters') + 1]}_{p.stem}".lower()
     if "chapters" in parts:
-        return parts[parts.index("chapters") + 1].lower()
+        chapter = parts[parts.index("chapters") + 1].lower()
+        return f"chapter_{chapter}" if p.name == "README.md" else f"chapter_{chapter}_{p.stem.lower()}"
     if "exercises" in parts:
         return f"exercises_{parts[parts.index('exercises') + 1]}".lower()
     return p.stem.lower()
+
+
+def link_to_page(match: re.Match) -> str:
+    """[text](relative/page.md) -> \\ref label "text" when the target is one of our pages."""
+    text, target = match.group(1), match.group(2)
+    resolved = (path.parent / target).resolve()
+    if resolved.exists() and any(part in resolved.parts for part in ("chapters", "exercises", "docs")):
+        return f'\\ref {page_label(resolved)} "{text}"'
+    return match.group(0)
 
 
 def convert_math(segment: str) -> str:
@@ -43,6 +53,9 @@ text = "".join(out)
 # A page label on the first heading (docs/mainpage.md has its own \mainpage).
 if path.name != "mainpage.md":
     text = re.sub(r"\A(\s*# [^\n{]+?)\s*\n", lambda m: f"{m.group(1)} {{#{page_label(path)}}}\n", text, count=1)
+
+# Links between pages become \ref to the page's label.
+text = re.sub(r"\[([^\]]+)\]\((?!http)([^)#]+\.md)\)", link_to_page, text)
 
 # Links to source files are not pages: point them at the code host's path as plain text.
 text = re.sub(r"\[([^\]]+)\]\((?!http)([^)]+\.(?:cpp|hpp|cu|py|txt|json))\)", r"\1 (`\2`)", text)
