@@ -100,10 +100,12 @@ std::vector<DocumentCheck> document_checks() {
 
 // ------------------------------------------------------------------------------------ agreement
 
-std::vector<Agreement> agreements() {
+// results.md must not depend on the machine, so --markdown passes include_cuda = false; the
+// tour adds CUDA when a device is present.
+std::vector<Agreement> agreements(bool include_cuda) {
   std::vector<Agreement> out;
   std::vector<std::string> backends = {"opt"};
-  if (cuda_usable()) backends.push_back("cuda");
+  if (include_cuda && cuda_usable()) backends.push_back("cuda");
   struct Example {
     std::string name;
     std::size_t heads, seq_q, seq_k, head_dim;
@@ -122,8 +124,9 @@ std::vector<Agreement> agreements() {
     const Tensor2 logits = xt::view(q, 0, xt::all(), xt::all()) * 3.0f;
     const Tensor2 expected_softmax = ref::softmax(logits);
     for (const auto& b : backends) {
-      // Float attention vs the double-accumulating reference: 10 eps sqrt(K) with K = max(n, d).
-      const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(std::max(e.seq_k, e.head_dim))) * 8;
+      // Float attention vs the double-accumulating reference, as in the tests: rtol = 10 eps sqrt(K)
+      // for K = max(n, d), times max|v| (about 4 for these N(0, 1) draws) and 2 for the score error.
+      const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(std::max(e.seq_k, e.head_dim))) * 4 * 2;
       out.push_back({"scaled_dot_product_attention", b, e.name, max_abs_difference(sdpa_on(b, q, k, v, cfg), expected), tol});
       const Tensor2 s = b == "opt" ? opt::softmax(logits) : cuda::softmax(logits);
       out.push_back({"softmax", b, "rows of 3 q, " + e.name, max_abs_difference(s, expected_softmax), 1e-6});
@@ -171,7 +174,7 @@ std::string markdown(const GlobalOptions&) {
      << "\nJ = diag(p) - p p^T is the softmax Jacobian: the factor every gradient through the softmax is "
         "multiplied by.\n\n";
 
-  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
 
@@ -200,7 +203,10 @@ void step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const At
   s *= scale;
   print_matrix(out, "S / sqrt(d_k)", s);
 
-  print_step(out, 4, cfg.causal ? "causal mask: key j is hidden from query i when j > i" : "no mask");
+  print_step(out, 4, !cfg.causal ? std::string("no mask")
+                                  : n_q == n_k ? std::string("causal mask: key j is hidden from query i when j > i")
+                                               : "causal mask: key j is hidden from query i when j > i + " +
+                                                     std::to_string(n_k - n_q) + " (n_k - n_q)");
   for (std::size_t i = 0; i < n_q; ++i)
     for (std::size_t j = 0; j < n_k; ++j)
       if (!attention_allowed(cfg, n_q, n_k, i, j)) s(i, j) = -std::numeric_limits<double>::infinity();
@@ -264,8 +270,11 @@ int run(const Options& o, const GlobalOptions& g) {
   AttentionConfig cfg;
   cfg.causal = o.causal;
 
-  if (o.step) step_through(q, k, v, cfg);
+  // The reference first: it validates the inputs, so --step never prints an invalid case.
   const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);
+  if (o.step) step_through(q, k, v, cfg);
+  // Agreement threshold: float vs double accumulation over K = max(n_k, d) terms, values ~N(0, 1).
+  const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(n_k, d)));
   if (!o.dump.empty()) {
     for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) dump_npy(o.dump, name, *t);
   }
@@ -283,7 +292,7 @@ int run(const Options& o, const GlobalOptions& g) {
       const Tensor3 out = sdpa_on(b, q, k, v, cfg);
       const double err = max_abs_difference(out, reference);
       entry["max_abs_error_vs_ref"] = err;
-      ok = ok && err <= 1e-4;
+      ok = ok && err <= threshold;
       if (!o.dump.empty()) dump_npy(o.dump, "scaled_dot_product_attention_" + b, out);
     }
     results.push_back(entry);
@@ -335,7 +344,7 @@ Chapter chapter_00() {
       if (rc != 0) throw CLI::RuntimeError(rc);
     });
   };
-  c.tour = [](const GlobalOptions&) { return TourReport{agreements(), document_checks()}; };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;
 }
 

@@ -97,10 +97,12 @@ std::vector<DocumentCheck> document_checks() {
 
 // ------------------------------------------------------------------------------------ agreement
 
-std::vector<Agreement> agreements() {
+// results.md must not depend on the machine, so --markdown passes include_cuda = false; the
+// tour adds CUDA when a device is present.
+std::vector<Agreement> agreements(bool include_cuda) {
   std::vector<Agreement> out;
   std::vector<std::string> backends = {"opt"};
-  if (cuda_usable()) backends.push_back("cuda");
+  if (include_cuda && cuda_usable()) backends.push_back("cuda");
   for (const auto& [tokens, d] : {std::pair<std::size_t, std::size_t>{4, 8}, {64, 768}, {7, 4096}}) {
     Rng rng(3);
     const Tensor2 x = rng.normal_matrix(tokens, d);
@@ -108,8 +110,9 @@ std::vector<Agreement> agreements() {
     const SwigluWeights w = random_swiglu(rng, d, d / 2 + 3);
     const Outputs r = run_backend("ref", x, gamma, beta, w, 1e-5);
     const std::string example = std::to_string(tokens) + " x " + std::to_string(d);
-    // Row reductions of length d on O(1) values: 10 eps sqrt(d) x a few for gamma and the outlier rows.
-    const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(d)) * 8;
+    // Row reductions of length d, as in the tests: rtol = 10 eps sqrt(d), times a condition
+    // number max|x| / sigma (about 4 for N(0, 1) rows) and max|gamma| (about 2).
+    const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(d)) * 4 * 2;
     for (const auto& b : backends) {
       const Outputs o = run_backend(b, x, gamma, beta, w, 1e-5);
       out.push_back({"layer_norm", b, example, max_abs_difference(o.layer_norm, r.layer_norm), tol});
@@ -166,7 +169,7 @@ std::string markdown(const GlobalOptions&) {
   }
   md << "max |GELU(x) - GELU_tanh(x)| on [-6, 6] (step 0.001): " << sci(gap, 3) << " at x = " << fixed(where, 3)
      << "\n\n";
-  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
 
@@ -241,13 +244,16 @@ int run(const Options& o, const GlobalOptions& g) {
   const auto tokens = static_cast<std::size_t>(o.tokens), d = static_cast<std::size_t>(o.d_model);
   const std::size_t d_ff = o.d_ff > 0 ? static_cast<std::size_t>(o.d_ff)
                                       : static_cast<std::size_t>(analysis::llama_intermediate_size(o.d_model, 8));
+  const auto backends = selected_backends(o.backend);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(tokens, d);
   const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
   const SwigluWeights w = random_swiglu(rng, d, d_ff);
-  if (o.step) step_through(x, gamma, beta, w, o.eps);
-
+  // The reference first: it validates everything, so --step never prints an invalid case.
   const Outputs reference = run_backend("ref", x, gamma, beta, w, o.eps);
+  if (o.step) step_through(x, gamma, beta, w, o.eps);
+  // Agreement threshold: float vs double row reductions of length d (and d_ff in the FFN).
+  const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(d, d_ff)));
   if (!o.dump.empty()) {
     dump_npy(o.dump, "x", x);
     dump_npy(o.dump, "gamma", gamma);
@@ -258,7 +264,7 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   nlohmann::json results = nlohmann::json::array();
   bool ok = true;
-  for (const auto& b : selected_backends(o.backend)) {
+  for (const auto& b : backends) {
     nlohmann::json entry = {{"backend", b}};
     if (b == "cuda" && !cuda_usable()) {
       entry["skipped"] = cuda::device_description();
@@ -272,7 +278,7 @@ int run(const Options& o, const GlobalOptions& g) {
     for (std::size_t i = 0; i < 4; ++i) {
       const double err = max_abs_difference(*pairs[i].second, *refs[i]);
       entry[pairs[i].first] = err;
-      ok = ok && err <= 1e-4;
+      ok = ok && err <= threshold;
       if (!o.dump.empty()) dump_npy(o.dump, std::string(pairs[i].first) + "_" + b, *pairs[i].second);
     }
     results.push_back(entry);
@@ -324,7 +330,7 @@ Chapter chapter_01() {
       if (rc != 0) throw CLI::RuntimeError(rc);
     });
   };
-  c.tour = [](const GlobalOptions&) { return TourReport{agreements(), document_checks()}; };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;
 }
 

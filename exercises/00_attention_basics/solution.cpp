@@ -14,6 +14,7 @@ namespace tvlab::student {
 
 Tensor2 softmax(const Tensor2& x) {
   // BEGIN EXERCISE 00.1 "the numerically stable row softmax" "Softmax, stably"
+  require_nonempty("softmax", "x", x);
   for (float value : x) {
     require(!std::isnan(value) && value != std::numeric_limits<float>::infinity(), "softmax", "x contains ",
             value, "; softmax is defined for finite values and -inf (weight 0)");

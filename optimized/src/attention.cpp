@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -41,33 +42,33 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
   Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
 
-  // Parallel over heads when there are enough of them; otherwise let OpenBLAS thread each SGEMM.
-  const bool parallel_heads = heads > 1 && omp_get_max_threads() > 1;
+  // Parallel over heads, one thread per head at most, each with its own [seq_q, seq_k] score
+  // buffer (the n x n matrix this chapter is about), allocated here: an allocation failure
+  // inside the OpenMP region could not be reported as an exception.
+  const int threads = static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
+  std::vector<float> scores(static_cast<std::size_t>(threads) * seq_q * seq_k);
   auto run_heads = [&] {
-#pragma omp parallel if (parallel_heads)
-    {
-      std::vector<float> scores(seq_q * seq_k);  // the n x n matrix this chapter is about
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t h = 0; h < static_cast<std::ptrdiff_t>(heads); ++h) {
-        const auto hh = static_cast<std::size_t>(h);
-        attention_one_head(q.data() + hh * seq_q * head_dim, k.data() + hh * seq_k * head_dim,
-                           v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q, seq_k,
-                           head_dim, head_dim_v, scale, cfg, scores.data());
-      }
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (std::ptrdiff_t h = 0; h < static_cast<std::ptrdiff_t>(heads); ++h) {
+      const auto hh = static_cast<std::size_t>(h);
+      float* buffer = scores.data() + static_cast<std::size_t>(omp_get_thread_num()) * seq_q * seq_k;
+      attention_one_head(q.data() + hh * seq_q * head_dim, k.data() + hh * seq_k * head_dim,
+                         v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q, seq_k,
+                         head_dim, head_dim_v, scale, cfg, buffer);
     }
   };
-  if (parallel_heads) {
-    detail::SingleThreadedBlas single;
+  if (threads > 1) {
+    detail::SingleThreadedBlas single;  // the cores are busy with heads: one BLAS thread each
     run_heads();
   } else {
-    run_heads();
+    run_heads();  // one head (or one core): OpenBLAS may thread each SGEMM itself
   }
   return out;
 }
 
 Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,
                              const AttentionConfig& cfg) {
-  const std::size_t head_dim = validate_mha("multi_head_attention", x_q, x_kv, w, num_heads);
+  const std::size_t head_dim = validate_mha("multi_head_attention", x_q, x_kv, w, num_heads, cfg);
   const std::size_t heads = static_cast<std::size_t>(num_heads), inner = heads * head_dim;
   const std::size_t seq_q = x_q.shape()[0], seq_k = x_kv.shape()[0], d_model = x_q.shape()[1];
 

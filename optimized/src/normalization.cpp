@@ -16,12 +16,17 @@ bool worth_threading(std::size_t rows, std::size_t d) { return rows > 1 && rows 
 struct RowStats {
   float mean;
   float rstd;
+  float sum_sq;  // sum of (x - mean)^2, kept to spot rows that float cannot handle
 };
 
+// Below this a float sum of squares may be built from subnormal squares (|x| < 1e-19), which
+// have lost most of their digits: such rows are redone in double.
+constexpr float kTinySumOfSquares = 1e-30f;
+
 // Two SIMD passes in float: the mean, then the variance around it (no E[x^2] - E[x]^2
-// cancellation, which loses everything when |mean| >> std). Float keeps eight lanes per AVX2
-// register, so the passes run at memory speed; rows where float is not enough are redone in
-// double (see redo_flagged_rows).
+// cancellation, which loses everything when |mean| >> std). Float keeps eight (AVX2) or
+// sixteen (AVX-512) lanes per register, so the passes run at memory speed; rows where float is
+// not enough are redone in double (see redo_flagged_rows).
 RowStats layer_norm_stats(const float* x, std::size_t d, double eps) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -30,7 +35,27 @@ RowStats layer_norm_stats(const float* x, std::size_t d, double eps) {
   float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
   for (std::size_t j = 0; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
-  return {mean, static_cast<float>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps))};
+  return {mean, static_cast<float>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps)), sq};
+}
+
+// The backward pass has no memory-bandwidth target to meet (it reads x, dy and writes dx), so
+// its statistics are simply accumulated in double: no overflow, no subnormal squares.
+struct RowStatsDouble {
+  double mean;
+  double rstd;
+};
+
+RowStatsDouble row_stats_double(const float* x, std::size_t d, double eps, bool centred) {
+  double mean = 0.0;
+  if (centred) {
+#pragma omp simd reduction(+ : mean)
+    for (std::size_t j = 0; j < d; ++j) mean += x[j];
+    mean /= static_cast<double>(d);
+  }
+  double sq = 0.0;
+#pragma omp simd reduction(+ : sq)
+  for (std::size_t j = 0; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
+  return {mean, 1.0 / std::sqrt(sq / static_cast<double>(d) + eps)};
 }
 
 // Double-precision versions of one row, for rows whose float statistics overflowed.
@@ -63,10 +88,12 @@ void redo_flagged_rows(const char* fn, const Tensor2& x, const std::vector<unsig
   }
 }
 
+// 1/r, or 0 when the float sum of squares is too small to trust (the caller redoes the row).
 float rms_rstd(const float* x, std::size_t d, double eps) {
   float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
   for (std::size_t j = 0; j < d; ++j) sq += x[j] * x[j];
+  if (sq < kTinySumOfSquares) return 0.0f;
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps));
 }
 
@@ -91,7 +118,7 @@ void layer_norm_into(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta
     const float* xr = x.data() + static_cast<std::size_t>(t) * d;
     float* yr = y.data() + static_cast<std::size_t>(t) * d;
     const RowStats s = layer_norm_stats(xr, d, eps);
-    if (!std::isfinite(s.mean) || !std::isfinite(s.rstd) || s.rstd == 0.0f) {
+    if (!std::isfinite(s.mean) || !std::isfinite(s.rstd) || s.rstd == 0.0f || s.sum_sq < kTinySumOfSquares) {
       flagged[static_cast<std::size_t>(t)] = 1;
       continue;
     }
@@ -118,7 +145,8 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
       const float* xr = x.data() + static_cast<std::size_t>(t) * d;
       const float* dyr = dy.data() + static_cast<std::size_t>(t) * d;
       float* dxr = out.dx.data() + static_cast<std::size_t>(t) * d;
-      const RowStats s = layer_norm_stats(xr, d, eps);
+      const RowStatsDouble st = row_stats_double(xr, d, eps, /*centred=*/true);
+      const RowStats s{static_cast<float>(st.mean), static_cast<float>(st.rstd), 0.0f};
       double sum_g = 0.0, sum_gx = 0.0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
       for (std::size_t j = 0; j < d; ++j) {
@@ -186,7 +214,7 @@ RmsNormGrads rms_norm_backward(const Tensor2& x, const Tensor1& gamma, const Ten
       const float* xr = x.data() + static_cast<std::size_t>(t) * d;
       const float* dyr = dy.data() + static_cast<std::size_t>(t) * d;
       float* dxr = out.dx.data() + static_cast<std::size_t>(t) * d;
-      const float rstd = rms_rstd(xr, d, eps);
+      const auto rstd = static_cast<float>(row_stats_double(xr, d, eps, /*centred=*/false).rstd);
       double sum_gx = 0.0;
 #pragma omp simd reduction(+ : sum_gx)
       for (std::size_t j = 0; j < d; ++j) {

@@ -55,6 +55,7 @@ void softmax_row_inplace(float* row, std::size_t n) {
 }
 
 Tensor2 softmax(const Tensor2& x) {
+  require_nonempty("softmax", "x", x);
   for (float value : x) {
     require(!std::isnan(value) && value != std::numeric_limits<float>::infinity(), "softmax", "x contains ",
             value, "; softmax is defined for finite values and -inf (weight 0)");

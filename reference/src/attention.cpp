@@ -54,7 +54,7 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
 
 Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,
                              const AttentionConfig& cfg) {
-  const std::size_t head_dim = validate_mha("multi_head_attention", x_q, x_kv, w, num_heads);
+  const std::size_t head_dim = validate_mha("multi_head_attention", x_q, x_kv, w, num_heads, cfg);
   const std::size_t heads = static_cast<std::size_t>(num_heads);
   const std::size_t seq_q = x_q.shape()[0], seq_k = x_kv.shape()[0], d_model = x_q.shape()[1];
 

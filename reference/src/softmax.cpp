@@ -9,6 +9,7 @@ namespace tvlab::ref {
 
 Tensor2 softmax(const Tensor2& x) {
   const char* fn = "softmax";
+  require_nonempty("softmax", "x", x);
   for (float value : x) {
     require(!std::isnan(value) && value != std::numeric_limits<float>::infinity(), fn,
             "x contains ", value, "; softmax is defined for finite values and -inf (weight 0)");

@@ -93,8 +93,9 @@ TEST_P(Softmax, shift_invariant_and_sums_to_one) {
   }
 }
 
-TEST_P(Softmax, rejects_nan_and_plus_infinity) {
+TEST_P(Softmax, rejects_nan_plus_infinity_and_empty_input) {
   const Impl& impl = GetParam();
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(Tensor2(xt::zeros<float>({0, 3}))); }, {"softmax", "x", "empty"}));
   Tensor2 x = xt::zeros<float>({2, 3});
   x(1, 2) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x"}));
@@ -164,13 +165,13 @@ TEST_P(AttentionCases, matches_oracle) {
   const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));
   const double vmax = xt::amax(xt::abs(v))();
   const tvlab::Tolerance tol{rtol * vmax * (2.0 * score_magnitude(q, k, cfg) + 1.0), rtol};
-  std::ostringstream repro;
-  repro << "tvlab 00_attention_basics --seed " << seed << " --heads " << c.heads << " --seq " << c.seq_q
+  std::ostringstream explore;
+  explore << "tvlab 00_attention_basics --seed " << seed << " --heads " << c.heads << " --seq " << c.seq_q
         << " --head-dim " << c.head_dim << (c.mask == MaskKind::causal ? " --causal" : "") << " --backend "
         << impl.name;
   EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), tol,
                       {std::string("scaled_dot_product_attention, ") + c.label + ", " + mask_name(c.mask),
-                       {"h", "i", "d"}, seed, repro.str(),
+                       {"h", "i", "d"}, seed, explore.str(),
                        c.mask == MaskKind::causal ? "query i may see keys j <= i + (seq_k - seq_q)"
                                                   : "scale the scores by 1/sqrt(head_dim) before the softmax"}));
   if (c.mask == MaskKind::boolean_with_empty_row) {
@@ -268,9 +269,15 @@ TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   cfg = {};
   cfg.scale = 0.0;
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
+  cfg.scale = 1e39;  // beyond float
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
   cfg = {};
   cfg.causal = true;
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(k, q, q, cfg); }, {fn, "causal", "seq_q"}));
+  // Finite, but q . k would overflow float: every backend computes scores in float.
+  const Tensor3 huge = q * 1e19f;
+  const Tensor3 v4 = xt::ones<float>({2, 4, 6});
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, {}); }, {fn, "q and k", "too large"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
@@ -312,6 +319,16 @@ TEST_P(MultiHead, rejects_bad_input_naming_the_parameter) {
   MhaWeights bad = w;
   bad.w_o = xt::ones<float>({8, 5});
   EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, bad, 2, {}); }, {fn, "w_o"}));
+  bad = w;
+  bad.w_v(1, 1) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, bad, 2, {}); }, {fn, "w_v"}));
+  // The config is checked before any projection, under this function's name.
+  AttentionConfig cfg;
+  cfg.mask = Mask2(xt::ones<bool>({3, 2}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 2, cfg); }, {fn, "mask", "[3, 3]"}));
+  cfg = {};
+  cfg.causal = true;
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(Tensor2(xt::ones<float>({4, 8})), x, w, 2, cfg); }, {fn, "causal"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch00, MultiHead, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::mha)),

@@ -11,6 +11,7 @@
 #include "impls.hpp"
 #include "oracle.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/ref/normalization.hpp"
 
 namespace tvlab::ch01 {
 namespace {
@@ -82,7 +83,7 @@ tvlab::Tolerance norm_tolerance(const NormData& d, bool centred, double extra = 
   return {extra * rtol * (1.0 + norm_condition(d.x, centred)) * gmax + 1e-6, rtol};
 }
 
-std::string repro(const Impl& impl, const NormData& d, const NormCase& c) {
+std::string explore_command(const Impl& impl, const NormData& d, const NormCase& c) {
   return "tvlab 01_normalization --seed " + std::to_string(d.seed) + " --tokens " + std::to_string(c.rows) +
          " --d-model " + std::to_string(c.cols) + " --backend " + impl.name;
 }
@@ -97,7 +98,7 @@ TEST_P(LayerNormCases, forward_matches_oracle) {
   const DTensor1 beta = to_double(d.beta);
   const DTensor2 expected = norm_oracle(to_double(d.x), to_double(d.gamma), &beta, 1e-5);
   EXPECT_TRUE(matches(impl.layer_norm(d.x, d.gamma, d.beta, 1e-5), expected, norm_tolerance(d, true),
-                      {std::string("layer_norm, ") + c.label, {"t", "j"}, d.seed, repro(impl, d, c),
+                      {std::string("layer_norm, ") + c.label, {"t", "j"}, d.seed, explore_command(impl, d, c),
                        "variance is the mean of (x - mu)^2 over the row (divide by d, not d - 1), eps inside the sqrt"}));
 }
 
@@ -107,13 +108,13 @@ TEST_P(RmsNormCases, forward_matches_oracle) {
   const NormData d = make_norm_data(c);
   const DTensor2 expected = norm_oracle(to_double(d.x), to_double(d.gamma), nullptr, 1e-6);
   EXPECT_TRUE(matches(impl.rms_norm(d.x, d.gamma, 1e-6), expected, norm_tolerance(d, false),
-                      {std::string("rms_norm, ") + c.label, {"t", "j"}, d.seed, repro(impl, d, c),
+                      {std::string("rms_norm, ") + c.label, {"t", "j"}, d.seed, explore_command(impl, d, c),
                        "r = sqrt(mean(x^2) + eps): no mean subtraction, eps inside the sqrt"}));
 }
 
 // Backward tolerance: dx = (g - mean(g) - xhat mean(g xhat)) / sigma; the same conditioning as the
 // forward, times max|gamma dy| / sigma. dgamma/dbeta sum over rows: rtol grows with sqrt(rows).
-tvlab::Tolerance dx_tolerance(const NormData& d, bool centred) {
+tvlab::Tolerance dx_tolerance(const NormData& d, bool centred, double eps) {
   double inv_sigma = 0.0;
   for (std::size_t t = 0; t < d.x.shape()[0]; ++t) {
     double mean = 0.0, ms = 0.0;
@@ -121,7 +122,7 @@ tvlab::Tolerance dx_tolerance(const NormData& d, bool centred) {
     if (centred)
       for (std::size_t j = 0; j < n; ++j) mean += d.x(t, j) / static_cast<double>(n);
     for (std::size_t j = 0; j < n; ++j) ms += (d.x(t, j) - mean) * (d.x(t, j) - mean) / static_cast<double>(n);
-    inv_sigma = std::max(inv_sigma, 1.0 / std::sqrt(ms + 1e-5));
+    inv_sigma = std::max(inv_sigma, 1.0 / std::sqrt(ms + eps));
   }
   const double gdy = xt::amax(xt::abs(d.gamma))() * xt::amax(xt::abs(d.dy))();
   const double rtol = reduction_rtol(d.x.shape()[1]);
@@ -141,7 +142,7 @@ TEST_P(LayerNormCases, backward_matches_finite_differences) {
   const LayerNormGrads g = impl.layer_norm_backward(d.x, d.gamma, d.dy, 1e-5);
   const NumericGrads fd = norm_finite_differences(d.x, d.gamma, &d.beta, d.dy, 1e-5);
   const std::string what = std::string("layer_norm_backward, ") + c.label;
-  EXPECT_TRUE(matches(g.dx, fd.dx, dx_tolerance(d, true), {what + ": dx", {"t", "j"}, d.seed, repro(impl, d, c),
+  EXPECT_TRUE(matches(g.dx, fd.dx, dx_tolerance(d, true, 1e-5), {what + ": dx", {"t", "j"}, d.seed, explore_command(impl, d, c),
                       "dx = (g - mean(g) - xhat * mean(g * xhat)) / sigma with g = gamma * dy"}));
   EXPECT_TRUE(matches(g.dgamma, fd.dgamma, param_grad_tolerance(d, true), {what + ": dgamma", {"j"}, d.seed, "",
                       "dgamma sums dy * xhat over all rows"}));
@@ -156,7 +157,7 @@ TEST_P(RmsNormCases, backward_matches_finite_differences) {
   const RmsNormGrads g = impl.rms_norm_backward(d.x, d.gamma, d.dy, 1e-6);
   const NumericGrads fd = norm_finite_differences(d.x, d.gamma, nullptr, d.dy, 1e-6);
   const std::string what = std::string("rms_norm_backward, ") + c.label;
-  EXPECT_TRUE(matches(g.dx, fd.dx, dx_tolerance(d, false), {what + ": dx", {"t", "j"}, d.seed, repro(impl, d, c),
+  EXPECT_TRUE(matches(g.dx, fd.dx, dx_tolerance(d, false, 1e-6), {what + ": dx", {"t", "j"}, d.seed, explore_command(impl, d, c),
                       "dx = (gamma * dy - xhat * mean(gamma * dy * xhat)) / r"}));
   EXPECT_TRUE(matches(g.dgamma, fd.dgamma, param_grad_tolerance(d, false), {what + ": dgamma", {"j"}, d.seed, "",
                       "dgamma sums dy * x / r over all rows"}));
@@ -262,6 +263,57 @@ TEST_P(RmsNorm, handles_values_whose_squares_overflow_float) {
                       {1e-5, reduction_rtol(37)},
                       {"rms_norm of rows with |x| ~ 1e20", {"t", "j"}, 23, "",
                        "sum of squares overflows float: accumulate in double, or redo such rows in double"}));
+}
+
+// The backward on the same hostile rows, against the double-precision reference (itself checked
+// against finite differences on ordinary rows above).
+TEST_P(LayerNorm, backward_handles_values_whose_squares_overflow_float) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  const Tensor2 x = huge_rows();
+  Rng rng(24);
+  const Tensor2 dy = rng.normal_matrix(3, 37);
+  const Tensor1 gamma = rng.normal_vector(37, 1, 0.2);
+  const LayerNormGrads got = impl.layer_norm_backward(x, gamma, dy, 1e-5);
+  const LayerNormGrads want = ref::layer_norm_backward(x, gamma, dy, 1e-5);
+  // dx ~ dy / sigma ~ 1e-20: compare relative to that scale; dgamma, dbeta are O(1) sums of 3 rows.
+  const double dx_scale = xt::amax(xt::abs(want.dx))();
+  EXPECT_TRUE(matches(got.dx, xt::eval(xt::cast<double>(want.dx)), {reduction_rtol(37) * dx_scale * 10, reduction_rtol(37)},
+                      {"layer_norm_backward dx, |x| ~ 1e20", {"t", "j"}, 24, "", "accumulate the row statistics in double"}));
+  EXPECT_TRUE(matches(got.dgamma, xt::eval(xt::cast<double>(want.dgamma)), {1e-5, reduction_rtol(37)},
+                      {"layer_norm_backward dgamma, |x| ~ 1e20", {"j"}, 24, "", ""}));
+}
+
+TEST_P(RmsNorm, backward_handles_values_whose_squares_overflow_or_underflow_float) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  Rng rng(25);
+  const Tensor2 dy = rng.normal_matrix(3, 37);
+  const Tensor1 gamma = rng.normal_vector(37, 1, 0.2);
+  for (const float magnitude : {1e20f, 1e-23f}) {  // squares overflow float / are subnormal
+    Tensor2 x = huge_rows() / 1e20f;
+    x *= magnitude;
+    const RmsNormGrads got = impl.rms_norm_backward(x, gamma, dy, 0.0);
+    const RmsNormGrads want = ref::rms_norm_backward(x, gamma, dy, 0.0);
+    const double dx_scale = xt::amax(xt::abs(want.dx))();
+    const std::string what = "rms_norm_backward, eps = 0, |x| ~ " + std::to_string(magnitude);
+    EXPECT_TRUE(matches(got.dx, xt::eval(xt::cast<double>(want.dx)), {reduction_rtol(37) * dx_scale * 10, reduction_rtol(37)},
+                        {what + ": dx", {"t", "j"}, 25, "", "accumulate the sum of squares in double"}));
+    EXPECT_TRUE(matches(got.dgamma, xt::eval(xt::cast<double>(want.dgamma)), {1e-5, reduction_rtol(37)},
+                        {what + ": dgamma", {"j"}, 25, "", ""}));
+  }
+}
+
+TEST_P(RmsNorm, forward_handles_subnormal_squares) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  // |x| ~ 1e-23: x^2 ~ 1e-46 is below float's smallest normal (1.2e-38); with eps = 0 the
+  // output is still O(1) and well defined.
+  const Tensor2 x = {{1e-23f, 3e-23f, -2e-23f}};
+  const Tensor1 gamma = xt::ones<float>({3});
+  EXPECT_TRUE(matches(impl.rms_norm(x, gamma, 0.0), norm_oracle(to_double(x), to_double(gamma), nullptr, 0.0),
+                      {1e-6, 1e-6}, {"rms_norm of a row with subnormal squares, eps = 0", {"t", "j"}, 0, "",
+                                     "square in double: float squares of 1e-23 are subnormal or zero"}));
 }
 
 TEST_P(LayerNorm, rejects_bad_input_naming_the_parameter) {

@@ -19,9 +19,19 @@ struct Context {
   std::string what;                     ///< "scaled_dot_product_attention, causal, seq 129"
   std::vector<std::string> axis_names;  ///< {"h", "i", "d"}
   unsigned long long seed = 0;
-  std::string reproduce;                ///< "tvlab 00_attention_basics --seed 7 --seq 129 --backend opt"
+  std::string explore;                  ///< a `tvlab` command that steps through a similar case
   std::string hint;                     ///< the usual mistake, if there is one
 };
+
+/// argv[0] of the test program (set by tests/common/main.cpp).
+std::string& program_path();
+
+/// "<program> --gtest_filter='<suite>.<test>'": reruns exactly the failing test.
+inline std::string rerun_command() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!info) return "";
+  return program_path() + " --gtest_filter='" + info->test_suite_name() + "." + info->name() + "'";
+}
 
 /// Passes when every element satisfies |x - ref| <= atol + rtol |ref|; otherwise explains.
 template <class A, class E>
@@ -32,7 +42,8 @@ template <class A, class E>
   failure << ctx.what << " disagrees with the double-precision oracle (seed " << ctx.seed << ")\n"
           << report.describe(ctx.axis_names);
   if (report.shape_mismatch) failure << "\nexpected shape " << shape_string_of(expected);
-  if (!ctx.reproduce.empty()) failure << "\nreproduce: " << ctx.reproduce;
+  failure << "\nreproduce: " << rerun_command();
+  if (!ctx.explore.empty()) failure << "\nexplore: " << ctx.explore;
   if (!ctx.hint.empty()) failure << "\nhint: " << ctx.hint;
   return failure;
 }

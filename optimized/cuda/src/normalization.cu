@@ -14,7 +14,7 @@ constexpr int kThreads = 256;
 // the kernel is memory-bound, so this costs nothing, and squares of |x| > 1.8e19 cannot overflow.
 template <bool kLayerNorm>
 __global__ void norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, int cols,
-                                    float eps) {
+                                    double eps) {
   __shared__ double scratch[32];
   const float* xr = x + static_cast<long long>(blockIdx.x) * cols;
   float* yr = y + static_cast<long long>(blockIdx.x) * cols;
@@ -37,7 +37,7 @@ __global__ void norm_forward_kernel(const float* x, const float* gamma, const fl
 // the mean(g) term and has mean = 0. Also stores (mean, rstd) for the column kernel.
 template <bool kLayerNorm>
 __global__ void norm_backward_rows_kernel(const float* x, const float* gamma, const float* dy, float* dx,
-                                          float* stats, int cols, float eps) {
+                                          float* stats, int cols, double eps) {
   __shared__ double scratch[32];
   const long long offset = static_cast<long long>(blockIdx.x) * cols;
   const float *xr = x + offset, *dyr = dy + offset;

@@ -18,7 +18,7 @@ Tensor2 forward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const T
   args.y = dy.get();
   args.rows = x.shape()[0];
   args.cols = x.shape()[1];
-  args.eps = static_cast<float>(eps);
+  args.eps = eps;
   if (layer_norm) {
     device::layer_norm_forward(args);
   } else {
@@ -45,7 +45,7 @@ Tensor2 backward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const 
   args.stats = stats.get();
   args.rows = rows;
   args.cols = cols;
-  args.eps = static_cast<float>(eps);
+  args.eps = eps;
   if (layer_norm) {
     device::layer_norm_backward(args);
   } else {

@@ -57,11 +57,13 @@ cublasHandle_t cublas_handle() {
 }  // namespace tvlab::cuda
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace tvlab::cuda::device {
 
 double time_kernel_ms(void (*work)(void*), void* context, int repeats) {
+  if (repeats <= 0) throw std::invalid_argument("time_kernel_ms: repeats (" + std::to_string(repeats) + ") must be positive");
   static void* flush_buffer = nullptr;
   constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // larger than any current L2 (H100/H200: 50 MiB)
   if (!flush_buffer) TVLAB_CUDA_CHECK(cudaMalloc(&flush_buffer, kFlushBytes));

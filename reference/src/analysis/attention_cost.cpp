@@ -13,7 +13,7 @@ double bytes_per_element(DType dtype) {
     case DType::bf16: return 2;
     case DType::fp8: return 1;
   }
-  return 0;
+  fail("bytes_per_element", "dtype (", static_cast<int>(dtype), ") is not a tvlab::analysis::DType");
 }
 
 const char* dtype_name(DType dtype) {

@@ -36,6 +36,8 @@ double swiglu_equal_params_width(long long d_model) {
 long long llama_intermediate_size(long long d_model, long long multiple_of) {
   require_positive("llama_intermediate_size", "d_model", d_model);
   require_positive("llama_intermediate_size", "multiple_of", multiple_of);
+  require(d_model <= (1LL << 40) && multiple_of <= (1LL << 20), "llama_intermediate_size", "d_model (", d_model,
+          ") or multiple_of (", multiple_of, ") too large for 64-bit arithmetic");
   const long long hidden = 2 * (4 * d_model) / 3;  // int(2 * hidden_dim / 3) with hidden_dim = 4d
   return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
 }

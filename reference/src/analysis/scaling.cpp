@@ -11,6 +11,8 @@
 namespace tvlab::analysis {
 
 double softmax_jacobian_frobenius(const double* p, int n) {
+  require(p != nullptr, "softmax_jacobian_frobenius", "p must not be null");
+  require_positive("softmax_jacobian_frobenius", "n", n);
   double sum_sq = 0.0, diag_part = 0.0;
   for (int i = 0; i < n; ++i) {
     sum_sq += p[i] * p[i];

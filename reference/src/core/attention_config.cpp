@@ -1,24 +1,14 @@
 #include "tvlab/core/attention_config.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "tvlab/core/error.hpp"
 
 namespace tvlab {
 
-double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                          const AttentionConfig& cfg) {
-  require_nonempty(fn, "q", q);
-  require_nonempty(fn, "k", k);
-  require_nonempty(fn, "v", v);
-  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
-  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
-  require_dim(fn, "k", k, 2, "head_dim", q.shape()[2], "the head_dim of q");
-  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
-  require_finite(fn, "q", q);
-  require_finite(fn, "k", k);
-  require_finite(fn, "v", v);
-  const std::size_t seq_q = q.shape()[1], seq_k = k.shape()[1];
+double validate_attention_config(const char* fn, std::size_t seq_q, std::size_t seq_k, std::size_t head_dim,
+                                 const AttentionConfig& cfg) {
   if (cfg.causal) {
     require(seq_q <= seq_k, fn, "causal attention needs seq_q (", seq_q, ") <= seq_k (", seq_k,
             "): the causal diagonal is aligned to the last key");
@@ -36,13 +26,36 @@ double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, co
               "; only finite values and -inf (forbidden) are allowed");
     }
   }
-  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape()[2])));
-  require(std::isfinite(scale) && scale > 0.0, fn, "scale (", scale, ") must be positive and finite");
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  require(std::isfinite(scale) && scale > 0.0 && scale <= std::numeric_limits<float>::max(), fn, "scale (", scale,
+          ") must be positive and representable in float");
+  return scale;
+}
+
+double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                          const AttentionConfig& cfg) {
+  require_nonempty(fn, "q", q);
+  require_nonempty(fn, "k", k);
+  require_nonempty(fn, "v", v);
+  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "k", k, 2, "head_dim", q.shape()[2], "the head_dim of q");
+  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
+  require_finite(fn, "q", q);
+  require_finite(fn, "k", k);
+  require_finite(fn, "v", v);
+  const double scale = validate_attention_config(fn, q.shape()[1], k.shape()[1], q.shape()[2], cfg);
+  // |S_ij| <= scale * d_k * max|q| * max|k|: keep that below float's range (3.4e38) with margin.
+  const double q_max = static_cast<double>(xt::amax(xt::abs(q))());
+  const double k_max = static_cast<double>(xt::amax(xt::abs(k))());
+  const double bound = scale * static_cast<double>(q.shape()[2]) * q_max * k_max;
+  require(bound <= 1e38, fn, "q and k are too large: scores could reach ", bound,
+          ", beyond float's range (3.4e38); scale them down");
   return scale;
 }
 
 std::size_t validate_mha(const char* fn, const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w,
-                         int num_heads) {
+                         int num_heads, const AttentionConfig& cfg) {
   require_positive(fn, "num_heads", num_heads);
   require_nonempty(fn, "x_q", x_q);
   require_nonempty(fn, "x_kv", x_kv);
@@ -61,8 +74,13 @@ std::size_t validate_mha(const char* fn, const Tensor2& x_q, const Tensor2& x_kv
           ", the columns of w_q) must be a multiple of num_heads (", num_heads, ")");
   require_finite(fn, "x_q", x_q);
   require_finite(fn, "x_kv", x_kv);
-  for (const auto* p : {&w.w_q, &w.w_k, &w.w_v, &w.w_o}) require_finite(fn, "weights", *p);
-  return inner / static_cast<std::size_t>(num_heads);
+  require_finite(fn, "w_q", w.w_q);
+  require_finite(fn, "w_k", w.w_k);
+  require_finite(fn, "w_v", w.w_v);
+  require_finite(fn, "w_o", w.w_o);
+  const std::size_t head_dim = inner / static_cast<std::size_t>(num_heads);
+  validate_attention_config(fn, x_q.shape()[0], x_kv.shape()[0], head_dim, cfg);
+  return head_dim;
 }
 
 }  // namespace tvlab

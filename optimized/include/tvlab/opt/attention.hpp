@@ -11,8 +11,8 @@ namespace tvlab::opt {
 /// @ingroup ch00
 /// Per head: \f$ S = \text{scale}\cdot QK^\top \f$ as one SGEMM, the mask applied in place,
 /// `softmax_row_inplace` on every row, then \f$ O = PV \f$ as a second SGEMM. Heads run in
-/// parallel (OpenMP), each with a private `[seq_q, seq_k]` score buffer. Same shapes as the
-/// reference.
+/// parallel (OpenMP, at most one thread per head), each thread with a private `[seq_q, seq_k]`
+/// score buffer. Same shapes as the reference.
 Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                      const AttentionConfig& cfg = {});
 

@@ -32,14 +32,22 @@ struct MhaWeights {
 namespace tvlab {
 
 /// Checks q, k, v and cfg for `function` and returns the score scale to use.
-/// Throws `tvlab::Error` naming the parameter: ranks, matching heads/head_dim/seq_k,
-/// empty tensors, non-finite values, mask shapes, a non-positive or non-finite scale.
+/// Throws `tvlab::Error` naming the parameter: matching heads/head_dim/seq_k, empty tensors,
+/// non-finite values, mask shapes, a scale that is not positive or not representable in float,
+/// and q, k so large that a score could overflow float ($ 	ext{scale}\cdot d_k \max|q| \max|k| > 10^{38} $:
+/// every backend computes scores in float).
 double validate_attention(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
                           const AttentionConfig& cfg);
 
-/// Checks the inputs of multi-head attention and returns head_dim = d_model_out / num_heads.
+/// The checks of `cfg` alone for sequences of lengths seq_q, seq_k and head dimension head_dim
+/// (mask shapes, causal with seq_q <= seq_k, the scale); returns the scale.
+double validate_attention_config(const char* function, std::size_t seq_q, std::size_t seq_k, std::size_t head_dim,
+                                 const AttentionConfig& cfg);
+
+/// Checks the inputs of multi-head attention (including cfg, against the sequence lengths of
+/// x_q and x_kv) and returns head_dim = (columns of w_q) / num_heads.
 std::size_t validate_mha(const char* function, const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w,
-                         int num_heads);
+                         int num_heads, const AttentionConfig& cfg);
 
 /// Whether query `i` may look at key `j` under the causal rule and the boolean mask.
 /// With seq_q != seq_k the causal diagonal is aligned to the bottom right, as in

@@ -13,7 +13,7 @@ struct NormArgs {
   const float* beta = nullptr;   ///< [cols] (LayerNorm only)
   float* y = nullptr;            ///< [rows, cols]
   std::size_t rows = 0, cols = 0;
-  float eps = 1e-5f;
+  double eps = 1e-5;  ///< double: a tiny eps (1e-50) must not round to 0
 };
 
 /// Backward: dx `[rows, cols]`, dgamma and dbeta `[cols]` (dbeta null for RMSNorm).
@@ -27,7 +27,7 @@ struct NormBackwardArgs {
   float* dbeta = nullptr;
   float* stats = nullptr;
   std::size_t rows = 0, cols = 0;
-  float eps = 1e-5f;
+  double eps = 1e-5;
 };
 
 /// One block per row: block-wide sums by warp shuffles, then a fused normalise-scale pass.
