@@ -26,9 +26,8 @@ namespace {
 
 using analysis::DType;
 
-struct Options {
-  bool step = false, causal = false, json = false, markdown = false;
-  std::string backend = "all", dump;
+struct Options : StandardOptions {
+  bool causal = false;
   int heads = 2, seq = 6, seq_k = 0, head_dim = 4;
 };
 
@@ -324,25 +323,16 @@ Chapter chapter_00() {
   c.alias = "attention";
   c.summary = "scaled dot-product and multi-head attention, the cost of the n x n matrix, why 1/sqrt(d_k)";
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
-    auto options = std::make_shared<Options>();
-    CLI::App* sub = root.add_subcommand("00_attention_basics", "Chapter 00: " +
-                                        std::string("scaled dot-product attention, step by step"));
-    sub->alias("attention");
-    sub->fallthrough();
-    sub->add_flag("--step", options->step, "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)");
-    sub->add_option("--backend", options->backend, "ref | opt | cuda | all")->capture_default_str();
-    sub->add_option("--heads", options->heads, "number of heads h")->capture_default_str();
-    sub->add_option("--seq", options->seq, "sequence length n (queries)")->capture_default_str();
-    sub->add_option("--seq-k", options->seq_k, "number of keys (default: --seq)");
-    sub->add_option("--head-dim", options->head_dim, "head dimension d_k")->capture_default_str();
-    sub->add_flag("--causal", options->causal, "causal mask (query i sees keys j <= i)");
-    sub->add_flag("--json", options->json, "print the run as JSON");
-    sub->add_flag("--markdown", options->markdown, "print the chapter's documented results (results.md)");
-    sub->add_option("--dump", options->dump, "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR");
-    sub->callback([options, &global] {
-      const int rc = run(*options, global);
-      if (rc != 0) throw CLI::RuntimeError(rc);
-    });
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = add_chapter_command(
+        root, "00_attention_basics", "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
+        "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)",
+        "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR", [o, &global] { return run(*o, global); });
+    sub->add_option("--heads", o->heads, "number of heads h")->capture_default_str();
+    sub->add_option("--seq", o->seq, "sequence length n (queries)")->capture_default_str();
+    sub->add_option("--seq-k", o->seq_k, "number of keys (default: --seq)");
+    sub->add_option("--head-dim", o->head_dim, "head dimension d_k")->capture_default_str();
+    sub->add_flag("--causal", o->causal, "causal mask (query i sees keys j <= i + seq_k - seq)");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

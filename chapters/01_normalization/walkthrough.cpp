@@ -29,9 +29,7 @@ namespace {
 
 using analysis::FfnKind;
 
-struct Options {
-  bool step = false, json = false, markdown = false;
-  std::string backend = "all", dump;
+struct Options : StandardOptions {
   int tokens = 4, d_model = 8, d_ff = 0;
   double eps = 1e-5;
 };
@@ -312,23 +310,16 @@ Chapter chapter_01() {
   c.alias = "norm";
   c.summary = "LayerNorm and RMSNorm (forward, backward), ReLU/GELU/SiLU, SwiGLU FFN widths, Post-LN vs Pre-LN";
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
-    auto options = std::make_shared<Options>();
-    CLI::App* sub = root.add_subcommand("01_normalization", "Chapter 01: normalization, activations and the FFN");
-    sub->alias("norm");
-    sub->fallthrough();
-    sub->add_flag("--step", options->step, "print LayerNorm, RMSNorm, the activations and SwiGLU step by step");
-    sub->add_option("--backend", options->backend, "ref | opt | cuda | all")->capture_default_str();
-    sub->add_option("--tokens", options->tokens, "number of tokens")->capture_default_str();
-    sub->add_option("--d-model", options->d_model, "model width d_model")->capture_default_str();
-    sub->add_option("--d-ff", options->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)");
-    sub->add_option("--eps", options->eps, "epsilon of the norms")->capture_default_str();
-    sub->add_flag("--json", options->json, "print the run as JSON");
-    sub->add_flag("--markdown", options->markdown, "print the chapter's documented results (results.md)");
-    sub->add_option("--dump", options->dump, "write x.npy, gamma.npy, ... and <function>_<backend>.npy to DIR");
-    sub->callback([options, &global] {
-      const int rc = run(*options, global);
-      if (rc != 0) throw CLI::RuntimeError(rc);
-    });
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = add_chapter_command(
+        root, "01_normalization", "norm", "Chapter 01: normalization, activations and the FFN", *o,
+        "print LayerNorm, RMSNorm, the activations and SwiGLU step by step",
+        "write x.npy, gamma.npy, beta.npy, w1..w3.npy and <function>_<backend>.npy to DIR",
+        [o, &global] { return run(*o, global); });
+    sub->add_option("--tokens", o->tokens, "number of tokens")->capture_default_str();
+    sub->add_option("--d-model", o->d_model, "model width d_model")->capture_default_str();
+    sub->add_option("--d-ff", o->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)");
+    sub->add_option("--eps", o->eps, "epsilon of the norms")->capture_default_str();
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

@@ -27,6 +27,24 @@ std::vector<std::string> selected_backends(const std::string& backend) {
 
 bool cuda_usable() { return cuda::device_available(); }
 
+CLI::App* add_chapter_command(CLI::App& root, const std::string& name, const std::string& alias,
+                              const std::string& description, StandardOptions& standard,
+                              const std::string& step_help, const std::string& dump_help, std::function<int()> run) {
+  CLI::App* sub = root.add_subcommand(name, description);
+  sub->alias(alias);
+  sub->fallthrough();  // --seed, --format, --threads of the root also work after the chapter name
+  sub->add_flag("--step", standard.step, step_help);
+  sub->add_option("--backend", standard.backend, "ref | opt | cuda | all")->capture_default_str();
+  sub->add_flag("--json", standard.json, "print the run as JSON");
+  sub->add_flag("--markdown", standard.markdown, "print the chapter's documented results (its results.md)");
+  sub->add_option("--dump", standard.dump, dump_help);
+  sub->callback([run = std::move(run)] {
+    const int rc = run();
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+  return sub;
+}
+
 namespace {
 
 template <class M>

@@ -58,6 +58,22 @@ struct Chapter {
 
 const std::vector<Chapter>& chapters();
 
+/// The options every chapter command has.
+struct StandardOptions {
+  bool step = false;      ///< --step
+  bool json = false;      ///< --json
+  bool markdown = false;  ///< --markdown
+  std::string backend = "all";
+  std::string dump;       ///< --dump DIR
+};
+
+/// Adds `tvlab <name>` (and its alias) with the standard options; `step_help` and `dump_help`
+/// say what --step prints and what --dump writes. `run` returns the exit status (non-zero when
+/// an implementation disagrees). The chapter adds its own size options to the returned command.
+CLI::App* add_chapter_command(CLI::App& root, const std::string& name, const std::string& alias,
+                              const std::string& description, StandardOptions& standard,
+                              const std::string& step_help, const std::string& dump_help, std::function<int()> run);
+
 // ------------------------------------------------------------------------------------- helpers
 
 /// Backends named by `--backend ref|opt|cuda|all`, in that order.

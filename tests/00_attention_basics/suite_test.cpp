@@ -71,9 +71,7 @@ const SoftmaxCase kSoftmaxCases[] = {
 INSTANTIATE_TEST_SUITE_P(Ch00, SoftmaxCases,
                          ::testing::Combine(::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax)),
                                             ::testing::ValuesIn(kSoftmaxCases)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).name + "_case" + std::to_string(info.index);
-                         });
+                         tvlab::testing::ImplCaseName());
 
 TEST_P(Softmax, shift_invariant_and_sums_to_one) {
   const Impl& impl = GetParam();
@@ -186,21 +184,19 @@ void PrintTo(const AttentionCase& c, std::ostream* out) { *out << c.label << ", 
 const AttentionCase kAttentionCases[] = {
     {"n = 1, d = 1", 1, 1, 1, 1, 1, MaskKind::none, 1.0},
     {"odd sizes", 2, 7, 7, 5, 5, MaskKind::none, 1.0},
-    {"odd sizes, causal", 2, 7, 7, 5, 5, MaskKind::causal, 1.0},
+    {"odd sizes", 2, 7, 7, 5, 5, MaskKind::causal, 1.0},
     {"seq_q != seq_k, d_v != d_k", 3, 33, 47, 16, 8, MaskKind::none, 1.0},
-    {"decode-style causal, seq_q < seq_k", 2, 5, 40, 16, 16, MaskKind::causal, 1.0},
-    {"boolean mask", 2, 20, 31, 8, 8, MaskKind::boolean_with_empty_row, 1.0},
-    {"additive mask", 2, 19, 23, 8, 12, MaskKind::additive_with_neg_inf, 1.0},
-    {"seq 129, head_dim 64, causal", 4, 129, 129, 64, 64, MaskKind::causal, 1.0},
+    {"decode style, seq_q < seq_k", 2, 5, 40, 16, 16, MaskKind::causal, 1.0},
+    {"20 x 31, d 8", 2, 20, 31, 8, 8, MaskKind::boolean_with_empty_row, 1.0},
+    {"19 x 23, d_v 12", 2, 19, 23, 8, 12, MaskKind::additive_with_neg_inf, 1.0},
+    {"seq 129, head_dim 64", 4, 129, 129, 64, 64, MaskKind::causal, 1.0},
     {"large logits (q, k ~ N(0, 30^2))", 2, 24, 24, 16, 16, MaskKind::none, 30.0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Ch00, AttentionCases,
                          ::testing::Combine(::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
                                             ::testing::ValuesIn(kAttentionCases)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).name + "_case" + std::to_string(info.index);
-                         });
+                         tvlab::testing::ImplCaseName());
 
 TEST_P(Attention, first_causal_row_copies_the_first_value) {
   const Impl& impl = GetParam();

@@ -163,17 +163,14 @@ TEST_P(RmsNormCases, backward_matches_finite_differences) {
                       "dgamma sums dy * x / r over all rows"}));
 }
 
-const auto kCaseName = [](const auto& info) {
-  return std::get<0>(info.param).name + "_case" + std::to_string(info.index);
-};
 INSTANTIATE_TEST_SUITE_P(Ch01, LayerNormCases,
                          ::testing::Combine(::testing::ValuesIn(providing(registry(), &Impl::layer_norm)),
                                             ::testing::ValuesIn(kNormCases)),
-                         kCaseName);
+                         tvlab::testing::ImplCaseName());
 INSTANTIATE_TEST_SUITE_P(Ch01, RmsNormCases,
                          ::testing::Combine(::testing::ValuesIn(providing(registry(), &Impl::rms_norm)),
                                             ::testing::ValuesIn(kNormCases)),
-                         kCaseName);
+                         tvlab::testing::ImplCaseName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LayerNormCases);
 
 // -------------------------------------------------------------------------------------- properties

@@ -5,6 +5,8 @@
 // so one suite source builds both the chapter's test program and its exercise program.
 
 #include <functional>
+#include <sstream>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,31 @@ std::vector<Impl> providing(const std::vector<Impl>& all, Member Impl::*f) {
     if (impl.*f) out.push_back(impl);
   return out;
 }
+
+/// "seq 129, head_dim 64, causal" -> "seq_129_head_dim_64_causal": a gtest-safe name.
+inline std::string identifier(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (keep) {
+      out += c;
+    } else if (!out.empty() && out.back() != '_') {
+      out += '_';
+    }
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
+}
+
+/// gtest name of an (implementation, case) parameter: "opt_seq_129_head_dim_64_causal".
+struct ImplCaseName {
+  template <class Info>
+  std::string operator()(const Info& info) const {
+    std::ostringstream label;
+    PrintTo(std::get<1>(info.param), &label);
+    return std::get<0>(info.param).name + "_" + identifier(label.str());
+  }
+};
 
 /// gtest parameter name: the implementation's name ("ref", "opt", "cuda", "student").
 struct ImplName {
