@@ -10,6 +10,8 @@
 #   make sanitize  the debug preset (AddressSanitizer + UBSan) and its tests
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# ccache (used when installed) keeps its cache in the home directory, or in build/ without one.
+export CCACHE_DIR ?= $(if $(HOME),$(HOME)/.cache/ccache,$(CURDIR)/build/.ccache)
 BUILD := build/default
 TVLAB := $(BUILD)/chapters/tvlab
 CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))

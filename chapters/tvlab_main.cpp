@@ -82,8 +82,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors are bad input too: one line, exit status 2.
+    std::cerr << "tvlab: " << e.what() << " (see tvlab --help)\n";
+    return 2;
   } catch (const tvlab::Error& e) {
     std::cerr << "tvlab: " << e.what() << "\n";
     return 2;

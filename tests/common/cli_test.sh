@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `tvlab` command: usage and bad input give one line on stderr and exit
+# status 2; list, tour, --json and --dump do what the README says.
+#   tests/common/cli_test.sh path/to/tvlab
+set -u
+tvlab=$1
+failures=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+check() {  # check "<what>" <expected status> <text stderr must contain> -- command...
+  local what=$1 want=$2 needle=$3
+  shift 4
+  "$@" > "$tmp/out" 2> "$tmp/err"
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL $what: exit status $got, expected $want"; cat "$tmp/err"; failures=$((failures + 1)); return
+  fi
+  if [ -n "$needle" ]; then
+    if ! grep -q -- "$needle" "$tmp/err"; then
+      echo "FAIL $what: stderr does not mention '$needle':"; cat "$tmp/err"; failures=$((failures + 1)); return
+    fi
+    if [ "$(wc -l < "$tmp/err")" -ne 1 ]; then
+      echo "FAIL $what: expected one line on stderr, got:"; cat "$tmp/err"; failures=$((failures + 1)); return
+    fi
+  fi
+  echo "ok   $what"
+}
+
+check "list" 0 "" -- "$tvlab" list
+check "tour agrees" 0 "" -- "$tvlab" tour
+check "--heads 0 names the option" 2 "--heads" -- "$tvlab" attention --heads 0
+check "causal with more queries than keys" 2 "seq_q" -- "$tvlab" attention --causal --seq 6 --seq-k 3 --step
+check "unknown backend" 2 "--backend" -- "$tvlab" norm --backend gpu
+check "negative eps" 2 "--eps" -- "$tvlab" norm --eps -1
+check "not a number" 2 "--heads" -- "$tvlab" attention --heads abc
+check "no subcommand" 2 "subcommand" -- "$tvlab"
+check "seed after the chapter name" 0 "" -- "$tvlab" attention --seed 9 --backend opt
+check "json output" 0 "" -- "$tvlab" --format json norm --backend ref
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["chapter"] == "01_normalization"' "$tmp/out" \
+  && echo "ok   json parses" || { echo "FAIL json does not parse"; failures=$((failures + 1)); }
+check "dump" 0 "" -- "$tvlab" attention --seq 5 --backend opt --dump "$tmp/npy"
+for f in q k v scaled_dot_product_attention_opt; do
+  if [ -s "$tmp/npy/$f.npy" ] && head -c 6 "$tmp/npy/$f.npy" | grep -q NUMPY; then echo "ok   $f.npy"; else
+    echo "FAIL $f.npy missing or not a .npy file"; failures=$((failures + 1)); fi
+done
+
+[ "$failures" -eq 0 ]
