@@ -99,6 +99,11 @@ TEST_P(Softmax, rejects_nan_plus_infinity_and_empty_input) {
   EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x"}));
   x(1, 2) = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x", "inf"}));
+  // A NaN among -inf entries: the maximum may come out as -inf, as for a fully masked row.
+  Tensor2 masked_nan = Tensor2::from_shape({1, 21});
+  masked_nan.fill(kNegInf);
+  masked_nan(0, 17) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(masked_nan); }, {"softmax", "x", "nan"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch00, Softmax, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax)),

@@ -10,12 +10,19 @@ namespace tvlab::opt {
 
 /// @ingroup ch00
 /// Same contract as `ref::softmax`; rows are processed in parallel, each row with xsimd
-/// batches (max, exp and sum eight floats at a time on AVX2) in float instead of double.
+/// batches (max, exp and sum 8 or 16 floats at a time) in float instead of double. x is read
+/// once: NaN and +inf are detected through the row sums, not by a separate scan.
 Tensor2 softmax(const Tensor2& x);
 
 /// @ingroup ch00
-/// In-place stable softmax of one row of `n` floats; the building block of `softmax` and of
-/// `opt::scaled_dot_product_attention`. A row of only -inf becomes zeros.
+/// Stable softmax of one row of `n` floats from `x` into `y` (they may be the same). A row of
+/// only -inf becomes zeros. Returns false, leaving `y` unspecified, when the row holds a NaN or
+/// +inf.
+bool softmax_row(const float* x, float* y, std::size_t n);
+
+/// @ingroup ch00
+/// `softmax_row(row, row, n)`: the building block of `opt::scaled_dot_product_attention`, whose
+/// scores are finite by construction (q and k are validated).
 void softmax_row_inplace(float* row, std::size_t n);
 
 }  // namespace tvlab::opt
