@@ -39,8 +39,14 @@ docs: configure
 bench: build
 	@for ch in $(CHAPTERS); do $(BUILD)/chapters/bench_$$ch --benchmark_counters_tabular=true || exit 1; done
 
+# The lessons' figures: each is one `tvlab` command, listed here so CI can regenerate them.
+FIGURES := docs/figures/ch00_causal_attention.svg docs/figures/ch01_post_ln_vs_pre_ln.svg
+figure_cmd_docs/figures/ch00_causal_attention.svg := attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref
+figure_cmd_docs/figures/ch01_post_ln_vs_pre_ln.svg := norm
+
 results: build
 	@for ch in $(CHAPTERS); do $(TVLAB) $$ch --markdown > chapters/$$ch/results.md && echo "wrote chapters/$$ch/results.md"; done
+	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg $(f) > /dev/null && echo "wrote $(f)";)
 
 check-results: build
 	@for ch in $(CHAPTERS); do \
@@ -48,6 +54,10 @@ check-results: build
 	  { echo "chapters/$$ch/results.md is stale: run 'make results' and commit"; \
 	    $(TVLAB) $$ch --markdown | diff -u chapters/$$ch/results.md - | head -40; exit 1; }; \
 	done; echo "results.md files are up to date"
+	@mkdir -p build/figures
+	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg build/figures/$(notdir $(f)) > /dev/null && \
+	  { cmp -s $(f) build/figures/$(notdir $(f)) || { echo "$(f) is stale: run 'make results' and commit"; exit 1; }; };)
+	@echo "figures are up to date"
 
 student-stubs:
 	python3 scripts/make_student.py

@@ -54,6 +54,9 @@ text = "".join(out)
 if path.name != "mainpage.md":
     text = re.sub(r"\A(\s*# [^\n{]+?)\s*\n", lambda m: f"{m.group(1)} {{#{page_label(path)}}}\n", text, count=1)
 
+# Images live in docs/figures (Doxygen's IMAGE_PATH): refer to them by file name.
+text = re.sub(r"!\[([^\]]*)\]\((?:\.\./)*docs/figures/([^)]+)\)", r"![\1](\2)", text)
+
 # Links between pages become \ref to the page's label.
 text = re.sub(r"\[([^\]]+)\]\((?!http)([^)#]+\.md)\)", link_to_page, text)
 

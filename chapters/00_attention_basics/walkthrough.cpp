@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "../common/svg.hpp"
 #include "../common/walkthrough.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
 #include "tvlab/analysis/scaling.hpp"
@@ -28,6 +29,7 @@ using analysis::DType;
 
 struct Options : StandardOptions {
   bool causal = false;
+  std::string svg;
   int heads = 2, seq = 6, seq_k = 0, head_dim = 4;
 };
 
@@ -179,8 +181,15 @@ std::string markdown(const GlobalOptions&) {
 
 // ------------------------------------------------------------------------------------- --step
 
-void step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg) {
-  std::ostream& out = std::cout;
+// What --step shows, kept for --svg.
+struct Steps {
+  DTensor2 masked_scores;  // scaled scores of head 0, -inf where masked
+  DTensor2 weights;        // P of head 0
+};
+
+// Recomputes head 0 step by step in double and prints every state to `out` (a stream without a
+// buffer prints nothing: --svg uses the same computation silently).
+Steps step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg, std::ostream& out) {
   const std::size_t n_q = q.shape()[1], n_k = k.shape()[1], d = q.shape()[2];
   const Tensor2 q0 = xt::view(q, 0, xt::all(), xt::all()), k0 = xt::view(k, 0, xt::all(), xt::all());
   const Tensor2 v0 = xt::view(v, 0, xt::all(), xt::all());
@@ -247,6 +256,7 @@ void step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const At
   for (std::size_t i = 0; i < n_q; ++i)
     for (std::size_t c = 0; c < v0.shape()[1]; ++c) diff = std::max(diff, std::fabs(o(i, c) - ref_out(0, i, c)));
   out << "\nmax |O - ref::scaled_dot_product_attention| = " << sci(diff, 2) << "\n";
+  return {s, p};
 }
 
 // ---------------------------------------------------------------------------------------- run
@@ -271,7 +281,19 @@ int run(const Options& o, const GlobalOptions& g) {
 
   // The reference first: it validates the inputs, so --step never prints an invalid case.
   const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);
-  if (o.step) step_through(q, k, v, cfg);
+  if (o.step) step_through(q, k, v, cfg, std::cout);
+  if (!o.svg.empty()) {
+    std::ostream silent(nullptr);
+    Steps steps = step_through(q, k, v, cfg, silent);
+    // Masked cells in grey: copy the -inf of the masked scores into the weights.
+    for (std::size_t i = 0; i < steps.weights.size(); ++i)
+      if (std::isinf(steps.masked_scores.data()[i])) steps.weights.data()[i] = steps.masked_scores.data()[i];
+    write_svg(o.svg, svg_heatmap(steps.weights,
+                                 "Attention weights P of head 0" + std::string(o.causal ? ", causal" : "") + " (n = " +
+                                     std::to_string(n_q) + ", d_k = " + std::to_string(d) + ", seed " +
+                                     std::to_string(g.seed) + ")",
+                                 "query i", "key j"));
+  }
   // Agreement threshold: float vs double accumulation over K = max(n_k, d) terms, values ~N(0, 1).
   const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(n_k, d)));
   if (!o.dump.empty()) {
@@ -333,6 +355,7 @@ Chapter chapter_00() {
     sub->add_option("--seq-k", o->seq_k, "number of keys (default: --seq)");
     sub->add_option("--head-dim", o->head_dim, "head dimension d_k")->capture_default_str();
     sub->add_flag("--causal", o->causal, "causal mask (query i sees keys j <= i + seq_k - seq)");
+    sub->add_option("--svg", o->svg, "draw head 0's attention weights P as a heatmap into FILE");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

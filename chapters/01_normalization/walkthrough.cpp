@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "../common/svg.hpp"
 #include "../common/walkthrough.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
 #include "tvlab/analysis/ffn_cost.hpp"
@@ -30,6 +31,7 @@ namespace {
 using analysis::FfnKind;
 
 struct Options : StandardOptions {
+  std::string svg;
   int tokens = 4, d_model = 8, d_ff = 0;
   double eps = 1e-5;
 };
@@ -229,9 +231,25 @@ void step_through(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, c
 
 // ---------------------------------------------------------------------------------------- run
 
+// The Post-LN / Pre-LN experiment of results.md as a figure: RMS of activations and gradients by layer.
+std::string depth_figure() {
+  const auto post = analysis::residual_stack(analysis::NormPlacement::post_ln, 12, 64, 16, 5);
+  const auto pre = analysis::residual_stack(analysis::NormPlacement::pre_ln, 12, 64, 16, 5);
+  return svg_line_plot({{"Post-LN activations", post.activation_rms, "#1f5fa8", false},
+                        {"Pre-LN activations", pre.activation_rms, "#c0392b", false},
+                        {"Post-LN gradient", post.gradient_rms, "#1f5fa8", true},
+                        {"Pre-LN gradient", pre.gradient_rms, "#c0392b", true}},
+                       "12 random residual blocks, d_model 64: RMS by layer", "layer (12 = output)", "RMS", false);
+}
+
 int run(const Options& o, const GlobalOptions& g) {
   if (o.markdown || g.format == "markdown") {
     std::cout << markdown(g);
+    return 0;
+  }
+  if (!o.svg.empty()) {
+    write_svg(o.svg, depth_figure());
+    std::cout << "wrote " << o.svg << "\n";
     return 0;
   }
   const char* fn = "01_normalization";
@@ -320,6 +338,7 @@ Chapter chapter_01() {
     sub->add_option("--d-model", o->d_model, "model width d_model")->capture_default_str();
     sub->add_option("--d-ff", o->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)");
     sub->add_option("--eps", o->eps, "epsilon of the norms")->capture_default_str();
+    sub->add_option("--svg", o->svg, "draw the Post-LN / Pre-LN activation and gradient RMS by layer into FILE");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

@@ -45,4 +45,12 @@ for f in q k v scaled_dot_product_attention_opt; do
     echo "FAIL $f.npy missing or not a .npy file"; failures=$((failures + 1)); fi
 done
 
+check "attention --svg" 0 "" -- "$tvlab" attention --causal --seq 5 --backend ref --svg "$tmp/p.svg"
+check "norm --svg" 0 "" -- "$tvlab" norm --svg "$tmp/depth.svg"
+for f in p depth; do
+  if head -c 4 "$tmp/$f.svg" | grep -q "<svg" && tail -1 "$tmp/$f.svg" | grep -q "</svg>"; then echo "ok   $f.svg"; else
+    echo "FAIL $f.svg is not an SVG document"; failures=$((failures + 1)); fi
+done
+check "unwritable --svg" 2 "--svg" -- "$tvlab" norm --svg "$tmp/no/such/dir/x.svg"
+
 [ "$failures" -eq 0 ]
