@@ -36,19 +36,21 @@ struct AttentionInputs {
 
 double attention_flops(std::size_t n) { return 4.0 * static_cast<double>(n) * n * kHeadDim * kHeads; }
 
-template <Tensor3 (*Sdpa)(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)>
-void BM_attention(benchmark::State& state) {
+using SdpaFn = Tensor3 (*)(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&);
+
+// `full_matrix`: the version keeps a whole [n, n] float score matrix per thread (v2) rather than
+// one row of scores (the reference: doubles; v1: floats); the counter reports that storage.
+void BM_attention(benchmark::State& state, SdpaFn sdpa, bool full_matrix, double bytes_per_score) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const AttentionInputs in(n);
   // Validate first: the optimized output must match the reference (float vs double accumulation).
-  if (n <= 512 && !bench::validate(state, Sdpa(in.q, in.k, in.v, {}), ref::scaled_dot_product_attention(in.q, in.k, in.v, {}), 1e-4))
+  if (n <= 512 && sdpa != ref::scaled_dot_product_attention &&
+      !bench::validate(state, sdpa(in.q, in.k, in.v, {}), ref::scaled_dot_product_attention(in.q, in.k, in.v, {}), 1e-4))
     return;
-  for (auto _ : state) benchmark::DoNotOptimize(Sdpa(in.q, in.k, in.v, {}));
+  for (auto _ : state) benchmark::DoNotOptimize(sdpa(in.q, in.k, in.v, {}));
   state.counters["GFLOP/s"] = bench::gflops(attention_flops(n));
-  // The n x n score buffers the algorithm allocates (opt: one per thread; ref: one row).
-  state.counters["score_buffer_MiB"] = Sdpa == ref::scaled_dot_product_attention
-                                           ? static_cast<double>(n) * 8 / (1 << 20)
-                                           : static_cast<double>(n) * n * 4 / (1 << 20);
+  const double nn = static_cast<double>(n);
+  state.counters["score_buffer_MiB"] = (full_matrix ? nn * nn : nn) * bytes_per_score / (1 << 20);
 }
 
 template <Tensor2 (*Softmax)(const Tensor2&)>
@@ -114,16 +116,21 @@ void BM_cuda_cublas_same_flops(benchmark::State& state) {
 
 BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(512)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(tvlab::bench::BM_memcpy)->Arg(64 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_attention<ref::scaled_dot_product_attention>)->Name("ref_attention")->Arg(128)->Arg(256)->Arg(512)
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_attention<opt::scaled_dot_product_attention>)->Name("opt_attention")->Arg(128)->Arg(256)->Arg(512)
-    ->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_softmax<ref::softmax>)->Name("ref_softmax")->Args({1024, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_softmax<opt::softmax>)->Name("opt_softmax")->Args({1024, 1024})->Args({4096, 4096})
     ->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  // The reference (double accumulators, one row of scores) and every numbered version, in the
+  // lesson's order; v1 keeps one score row per thread, v2 a whole [n, n] matrix per thread.
+  benchmark::RegisterBenchmark("ref_attention", BM_attention, ref::scaled_dot_product_attention, false, 8.0)
+      ->Arg(128)->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (const auto& variant : opt::attention_variants()) {
+    benchmark::RegisterBenchmark(("opt_" + variant.name + "_attention").c_str(), BM_attention, variant.function,
+                                 variant.full_score_matrix, 4.0)
+        ->Arg(128)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
   if (tvlab::cuda::device_available()) {
     for (long n : {1024L, 4096L, 8192L}) {
       benchmark::RegisterBenchmark("cuda_attention", BM_cuda_attention)->Arg(n)->UseManualTime()->Unit(benchmark::kMillisecond);

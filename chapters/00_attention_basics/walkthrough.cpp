@@ -124,10 +124,14 @@ std::vector<Agreement> agreements(bool include_cuda) {
     const Tensor3 expected = ref::scaled_dot_product_attention(q, k, v, cfg);
     const Tensor2 logits = xt::view(q, 0, xt::all(), xt::all()) * 3.0f;
     const Tensor2 expected_softmax = ref::softmax(logits);
+    // Float attention vs the double-accumulating reference, as in the tests: rtol = 10 eps sqrt(K)
+    // for K = max(n, d), times max|v| (about 4 for these N(0, 1) draws) and 2 for the score error.
+    const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(std::max(e.seq_k, e.head_dim))) * 4 * 2;
+    for (const auto& variant : opt::attention_variants()) {  // every step of the lesson
+      out.push_back({"scaled_dot_product_attention_" + variant.name, "opt", e.name,
+                     max_abs_difference(variant.function(q, k, v, cfg), expected), tol});
+    }
     for (const auto& b : backends) {
-      // Float attention vs the double-accumulating reference, as in the tests: rtol = 10 eps sqrt(K)
-      // for K = max(n, d), times max|v| (about 4 for these N(0, 1) draws) and 2 for the score error.
-      const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(std::max(e.seq_k, e.head_dim))) * 4 * 2;
       out.push_back({"scaled_dot_product_attention", b, e.name, max_abs_difference(sdpa_on(b, q, k, v, cfg), expected), tol});
       const Tensor2 s = b == "opt" ? opt::softmax(logits) : cuda::softmax(logits);
       out.push_back({"softmax", b, "rows of 3 q, " + e.name, max_abs_difference(s, expected_softmax), 1e-6});

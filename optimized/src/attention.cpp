@@ -35,8 +35,54 @@ void attention_one_head(const float* q, const float* k, const float* v, float* o
 
 }  // namespace
 
-Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                     const AttentionConfig& cfg) {
+// ---------------------------------------------------------------------------------------- v1
+
+Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                        const AttentionConfig& cfg) {
+  const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
+  Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
+  const int threads = omp_get_max_threads();
+  std::vector<float> rows(static_cast<std::size_t>(threads) * seq_k);  // one score row per thread
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const auto total_rows = static_cast<std::ptrdiff_t>(heads * seq_q);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (std::ptrdiff_t r = 0; r < total_rows; ++r) {
+    const std::size_t h = static_cast<std::size_t>(r) / seq_q, i = static_cast<std::size_t>(r) % seq_q;
+    float* p = rows.data() + static_cast<std::size_t>(omp_get_thread_num()) * seq_k;
+    const float* qi = q.data() + (h * seq_q + i) * head_dim;
+    // s_j = scale * q_i . k_j (+ b_ij), -inf where masked.
+    for (std::size_t j = 0; j < seq_k; ++j) {
+      if (!attention_allowed(cfg, seq_q, seq_k, i, j)) {
+        p[j] = neg_inf;
+        continue;
+      }
+      const float* kj = k.data() + (h * seq_k + j) * head_dim;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (std::size_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
+      p[j] = scale * dot + (cfg.additive_mask ? (*cfg.additive_mask)(i, j) : 0.0f);
+    }
+    softmax_row_inplace(p, seq_k);
+    // o_i = sum_j p_j v_j: for each key an axpy over the contiguous value row.
+    float* oi = out.data() + (h * seq_q + i) * head_dim_v;
+    for (std::size_t d = 0; d < head_dim_v; ++d) oi[d] = 0.0f;
+    for (std::size_t j = 0; j < seq_k; ++j) {
+      if (p[j] == 0.0f) continue;  // masked keys (and underflowed weights) add nothing
+      const float* vj = v.data() + (h * seq_k + j) * head_dim_v;
+      const float pj = p[j];
+#pragma omp simd
+      for (std::size_t d = 0; d < head_dim_v; ++d) oi[d] += pj * vj[d];
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------- v2
+
+Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                        const AttentionConfig& cfg) {
   const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
@@ -64,6 +110,21 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
     run_heads();  // one head (or one core): OpenBLAS may thread each SGEMM itself
   }
   return out;
+}
+
+const std::vector<AttentionVariant>& attention_variants() {
+  static const std::vector<AttentionVariant> variants = {
+      {"v1", "float loops reordered for contiguous access, vectorised dot products and axpys, threads over rows",
+       false, scaled_dot_product_attention_v1},
+      {"v2", "both products as OpenBLAS SGEMMs, softmax in place on the score matrix, threads over heads", true,
+       scaled_dot_product_attention_v2},
+  };
+  return variants;
+}
+
+Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                     const AttentionConfig& cfg) {
+  return attention_variants().back().function(q, k, v, cfg);
 }
 
 Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,

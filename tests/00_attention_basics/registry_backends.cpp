@@ -8,12 +8,19 @@
 
 namespace tvlab::ch00 {
 
+// ref, opt (the headline versions), every numbered variant of opt's attention (opt_v1, opt_v2,
+// ...: the lesson's steps, each tested on its own), and cuda.
 const std::vector<Impl>& registry() {
-  static const std::vector<Impl> impls = {
-      {"ref", false, ref::softmax, ref::scaled_dot_product_attention, ref::multi_head_attention},
-      {"opt", false, opt::softmax, opt::scaled_dot_product_attention, opt::multi_head_attention},
-      {"cuda", true, cuda::softmax, cuda::scaled_dot_product_attention, cuda::multi_head_attention},
-  };
+  static const std::vector<Impl> impls = [] {
+    std::vector<Impl> all = {
+        {"ref", false, ref::softmax, ref::scaled_dot_product_attention, ref::multi_head_attention},
+        {"opt", false, opt::softmax, opt::scaled_dot_product_attention, opt::multi_head_attention},
+    };
+    for (const auto& variant : opt::attention_variants())
+      all.push_back({"opt_" + variant.name, false, nullptr, variant.function, nullptr});
+    all.push_back({"cuda", true, cuda::softmax, cuda::scaled_dot_product_attention, cuda::multi_head_attention});
+    return all;
+  }();
   return impls;
 }
 
