@@ -45,8 +45,8 @@ figure_cmd_docs/figures/ch00_causal_attention.svg := attention --causal --seq 8 
 figure_cmd_docs/figures/ch01_post_ln_vs_pre_ln.svg := norm
 
 results: build
-	@for ch in $(CHAPTERS); do $(TVLAB) $$ch --markdown > chapters/$$ch/results.md && echo "wrote chapters/$$ch/results.md"; done
-	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg $(f) > /dev/null && echo "wrote $(f)";)
+	@for ch in $(CHAPTERS); do $(TVLAB) $$ch --markdown > chapters/$$ch/results.md || exit 1; echo "wrote chapters/$$ch/results.md"; done
+	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg $(f) > /dev/null || exit 1; echo "wrote $(f)";)
 
 check-results: build
 	@for ch in $(CHAPTERS); do \
@@ -55,8 +55,8 @@ check-results: build
 	    $(TVLAB) $$ch --markdown | diff -u chapters/$$ch/results.md - | head -40; exit 1; }; \
 	done; echo "results.md files are up to date"
 	@mkdir -p build/figures
-	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg build/figures/$(notdir $(f)) > /dev/null && \
-	  { cmp -s $(f) build/figures/$(notdir $(f)) || { echo "$(f) is stale: run 'make results' and commit"; exit 1; }; };)
+	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg build/figures/$(notdir $(f)) > /dev/null || exit 1; \
+	  cmp -s $(f) build/figures/$(notdir $(f)) || { echo "$(f) is stale: run 'make results' and commit"; exit 1; };)
 	@echo "figures are up to date"
 
 student-stubs:
