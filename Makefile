@@ -54,6 +54,8 @@ check-results: build
 	  { echo "chapters/$$ch/results.md is stale: run 'make results' and commit"; \
 	    $(TVLAB) $$ch --markdown | diff -u chapters/$$ch/results.md - | head -40; exit 1; }; \
 	done; echo "results.md files are up to date"
+	@unlisted="$(filter-out $(FIGURES),$(wildcard docs/figures/*.svg))"; \
+	  if [ -n "$$unlisted" ]; then echo "figures not made by any command in FIGURES: $$unlisted"; exit 1; fi
 	@mkdir -p build/figures
 	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg build/figures/$(notdir $(f)) > /dev/null || exit 1; \
 	  cmp -s $(f) build/figures/$(notdir $(f)) || { echo "$(f) is stale: run 'make results' and commit"; exit 1; };)

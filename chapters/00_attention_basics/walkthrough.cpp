@@ -287,6 +287,9 @@ int run(const Options& o, const GlobalOptions& g) {
   const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);
   if (o.step) step_through(q, k, v, cfg, std::cout);
   if (!o.svg.empty()) {
+    // One labelled cell per (query, key): a figure for a projector, not for n in the thousands.
+    require(n_q <= 64 && n_k <= 64, "00_attention_basics", "--svg draws one cell per query and key: use --seq (",
+            n_q, ") and --seq-k (", n_k, ") of at most 64");
     std::ostream silent(nullptr);
     Steps steps = step_through(q, k, v, cfg, silent);
     // Masked cells in grey: copy the -inf of the masked scores into the weights.

@@ -247,16 +247,16 @@ int run(const Options& o, const GlobalOptions& g) {
     std::cout << markdown(g);
     return 0;
   }
-  if (!o.svg.empty()) {
-    write_svg(o.svg, depth_figure());
-    std::cout << "wrote " << o.svg << "\n";
-    return 0;
-  }
   const char* fn = "01_normalization";
   require_positive(fn, "--tokens", o.tokens);
   require_positive(fn, "--d-model", o.d_model);
   require(o.d_ff >= 0, fn, "--d-ff (", o.d_ff, ") must be >= 0 (0 means the LLaMA width for d_model)");
   require(std::isfinite(o.eps) && o.eps >= 0, fn, "--eps (", o.eps, ") must be finite and >= 0");
+  if (!o.svg.empty()) {
+    write_svg(o.svg, depth_figure());
+    std::cout << "wrote " << o.svg << "\n";
+    return 0;
+  }
   const auto tokens = static_cast<std::size_t>(o.tokens), d = static_cast<std::size_t>(o.d_model);
   const std::size_t d_ff = o.d_ff > 0 ? static_cast<std::size_t>(o.d_ff)
                                       : static_cast<std::size_t>(analysis::llama_intermediate_size(o.d_model, 8));

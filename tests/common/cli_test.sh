@@ -28,6 +28,8 @@ check() {  # check "<what>" <expected status> <text stderr must contain> -- comm
 }
 
 check "list" 0 "" -- "$tvlab" list
+grep -q "00_attention_basics" "$tmp/out" && grep -q "01_normalization" "$tmp/out" \
+  && echo "ok   list names the chapters" || { echo "FAIL list does not name the chapters"; failures=$((failures + 1)); }
 check "tour agrees" 0 "" -- "$tvlab" tour
 check "--heads 0 names the option" 2 "--heads" -- "$tvlab" attention --heads 0
 check "causal with more queries than keys" 2 "seq_q" -- "$tvlab" attention --causal --seq 6 --seq-k 3 --step
@@ -36,6 +38,8 @@ check "negative eps" 2 "--eps" -- "$tvlab" norm --eps -1
 check "not a number" 2 "--heads" -- "$tvlab" attention --heads abc
 check "no subcommand" 2 "subcommand" -- "$tvlab"
 check "seed after the chapter name" 0 "" -- "$tvlab" attention --seed 9 --backend opt
+grep -q "seed 9" "$tmp/out" && echo "ok   the seed reached the chapter" \
+  || { echo "FAIL --seed after the chapter name was ignored"; failures=$((failures + 1)); }
 check "json output" 0 "" -- "$tvlab" --format json norm --backend ref
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["chapter"] == "01_normalization"' "$tmp/out" \
   && echo "ok   json parses" || { echo "FAIL json does not parse"; failures=$((failures + 1)); }
@@ -48,9 +52,13 @@ done
 check "attention --svg" 0 "" -- "$tvlab" attention --causal --seq 5 --backend ref --svg "$tmp/p.svg"
 check "norm --svg" 0 "" -- "$tvlab" norm --svg "$tmp/depth.svg"
 for f in p depth; do
-  if head -c 4 "$tmp/$f.svg" | grep -q "<svg" && tail -1 "$tmp/$f.svg" | grep -q "</svg>"; then echo "ok   $f.svg"; else
-    echo "FAIL $f.svg is not an SVG document"; failures=$((failures + 1)); fi
+  if python3 -c 'import sys, xml.etree.ElementTree as E; assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' "$tmp/$f.svg"; then
+    echo "ok   $f.svg parses as SVG"; else echo "FAIL $f.svg is not an SVG document"; failures=$((failures + 1)); fi
 done
+cells=$(grep -c '<rect x=' "$tmp/p.svg")
+[ "$cells" -eq 25 ] && echo "ok   p.svg has 5 x 5 cells" || { echo "FAIL p.svg has $cells cells, expected 25"; failures=$((failures + 1)); }
+check "--svg of a large matrix" 2 "--svg" -- "$tvlab" attention --seq 100 --svg "$tmp/big.svg"
+check "norm --svg validates its options" 2 "--eps" -- "$tvlab" norm --eps -1 --svg "$tmp/bad.svg"
 check "unwritable --svg" 2 "--svg" -- "$tvlab" norm --svg "$tmp/no/such/dir/x.svg"
 
 [ "$failures" -eq 0 ]

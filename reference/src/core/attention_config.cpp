@@ -1,5 +1,6 @@
 #include "tvlab/core/attention_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -45,12 +46,20 @@ double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, co
   require_finite(fn, "k", k);
   require_finite(fn, "v", v);
   const double scale = validate_attention_config(fn, q.shape()[1], k.shape()[1], q.shape()[2], cfg);
-  // |S_ij| <= scale * d_k * max|q| * max|k|: keep that below float's range (3.4e38) with margin.
+  // Every backend forms the unscaled dot product q . k in float, then scales it and adds the
+  // bias: |q . k| <= d_k max|q| max|k| and |S_ij| <= scale * that + max|b| must stay inside
+  // float's range (3.4e38); 1e38 leaves room for rounding.
   const double q_max = static_cast<double>(xt::amax(xt::abs(q))());
   const double k_max = static_cast<double>(xt::amax(xt::abs(k))());
-  const double bound = scale * static_cast<double>(q.shape()[2]) * q_max * k_max;
-  require(bound <= 1e38, fn, "q and k are too large: scores could reach ", bound,
+  const double dot_bound = static_cast<double>(q.shape()[2]) * q_max * k_max;
+  double bias_max = 0.0;
+  if (cfg.additive_mask)
+    for (float b : *cfg.additive_mask)
+      if (std::isfinite(b)) bias_max = std::max(bias_max, static_cast<double>(std::fabs(b)));
+  require(dot_bound <= 1e38, fn, "q and k are too large: q . k could reach ", dot_bound,
           ", beyond float's range (3.4e38); scale them down");
+  require(scale * dot_bound + bias_max <= 1e38, fn, "scores could reach ", scale * dot_bound + bias_max,
+          " (scale * q . k + additive_mask), beyond float's range (3.4e38)");
   return scale;
 }
 

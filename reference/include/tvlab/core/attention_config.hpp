@@ -34,8 +34,8 @@ namespace tvlab {
 /// Checks q, k, v and cfg for `function` and returns the score scale to use.
 /// Throws `tvlab::Error` naming the parameter: matching heads/head_dim/seq_k, empty tensors,
 /// non-finite values, mask shapes, a scale that is not positive or not representable in float,
-/// and q, k so large that a score could overflow float (\f$ \text{scale}\cdot d_k \max|q| \max|k| > 10^{38} \f$:
-/// every backend computes scores in float).
+/// and inputs whose scores could overflow float (every backend computes them in float):
+/// \f$ d_k \max|q| \max|k| \f$ and \f$ \text{scale}\cdot d_k \max|q| \max|k| + \max|B| \f$ must stay below \f$ 10^{38} \f$.
 double validate_attention(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
                           const AttentionConfig& cfg);
 
