@@ -8,12 +8,8 @@
 namespace tvlab::ref {
 
 Tensor2 softmax(const Tensor2& x) {
-  const char* fn = "softmax";
   require_nonempty("softmax", "x", x);
-  for (float value : x) {
-    require(!std::isnan(value) && value != std::numeric_limits<float>::infinity(), fn,
-            "x contains ", value, "; softmax is defined for finite values and -inf (weight 0)");
-  }
+  require_finite_or_neg_inf("softmax", "x", x);
   const std::size_t rows = x.shape()[0], cols = x.shape()[1];
   Tensor2 y = Tensor2::from_shape({rows, cols});
   for (std::size_t i = 0; i < rows; ++i) {

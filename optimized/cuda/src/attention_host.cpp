@@ -16,10 +16,7 @@ namespace tvlab::cuda {
 
 Tensor2 softmax(const Tensor2& x) {
   require_nonempty("softmax", "x", x);
-  for (float value : x) {
-    require(!std::isnan(value) && value != std::numeric_limits<float>::infinity(), "softmax", "x contains ",
-            value, "; softmax is defined for finite values and -inf (weight 0)");
-  }
+  require_finite_or_neg_inf("softmax", "x", x);
   Tensor2 y = x;
   DeviceBuffer<float> buffer(y.data(), y.size());
   device::softmax_rows(buffer.get(), y.shape()[0], y.shape()[1]);

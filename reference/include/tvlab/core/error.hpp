@@ -59,6 +59,20 @@ void require_finite(std::string_view function, std::string_view name, const T& t
   }
 }
 
+/// Requires every element to be finite or -inf (a masked logit): no NaN, no +inf.
+template <class T>
+void require_finite_or_neg_inf(std::string_view function, std::string_view name, const T& tensor) {
+  std::size_t index = 0;
+  for (auto value : tensor) {
+    const double v = static_cast<double>(value);
+    if (std::isnan(v) || v == HUGE_VAL) {
+      fail(function, name, " contains ", value, " at flat index ", index,
+           "; only finite values and -inf (weight 0) are allowed");
+    }
+    ++index;
+  }
+}
+
 /// Requires a tensor to have no zero-length dimension.
 template <class T>
 void require_nonempty(std::string_view function, std::string_view name, const T& tensor) {
