@@ -1,0 +1,88 @@
+#include "tvlab/opt/rope.hpp"
+
+#include <cmath>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab::opt {
+
+RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position, long long count) {
+  const char* fn = "make_rope_cache";
+  require(first_position >= 0, fn, "first_position (", first_position, ") must be >= 0");
+  require_positive(fn, "count", count);
+  require_nonempty(fn, "freqs.inv_freq", freqs.inv_freq);
+  require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
+  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0, fn, "freqs.attention_factor (",
+          freqs.attention_factor, ") must be positive");
+  RopeCache cache;
+  cache.first_position = first_position;
+  cache.positions = static_cast<std::size_t>(count);
+  cache.pairs = freqs.inv_freq.size();
+  cache.cos.resize(cache.positions * cache.pairs);
+  cache.sin.resize(cache.positions * cache.pairs);
+  for (std::size_t t = 0; t < cache.positions; ++t)
+    for (std::size_t i = 0; i < cache.pairs; ++i) {
+      // The angle in double: m * theta_i reaches 1e5 and more, where float would lose the phase.
+      const double angle = static_cast<double>(first_position + static_cast<long long>(t)) * freqs.inv_freq(i);
+      cache.cos[t * cache.pairs + i] = static_cast<float>(std::cos(angle) * freqs.attention_factor);
+      cache.sin[t * cache.pairs + i] = static_cast<float>(std::sin(angle) * freqs.attention_factor);
+    }
+  return cache;
+}
+
+void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, long long position_offset) {
+  const char* fn = "apply_rope";
+  require_nonempty(fn, "x", x);
+  const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = d / 2;
+  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
+  require(cache.pairs == pairs, fn, "the cache has ", cache.pairs, " pairs, x needs head_dim / 2 = ", pairs);
+  require(position_offset >= cache.first_position &&
+              position_offset - cache.first_position + static_cast<long long>(seq) <=
+                  static_cast<long long>(cache.positions),
+          fn, "positions [", position_offset, ", ", position_offset + static_cast<long long>(seq),
+          ") are not all in the cache [", cache.first_position, ", ",
+          cache.first_position + static_cast<long long>(cache.positions), ")");
+  require_finite(fn, "x", x);
+  const std::size_t cache_row0 = static_cast<std::size_t>(position_offset - cache.first_position);
+  const auto rows = static_cast<std::ptrdiff_t>(heads * seq);
+#pragma omp parallel for schedule(static) if (rows * static_cast<std::ptrdiff_t>(d) > 65536)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const std::size_t t = static_cast<std::size_t>(r) % seq;
+    float* row = x.data() + static_cast<std::size_t>(r) * d;
+    const float* c = cache.cos.data() + (cache_row0 + t) * pairs;
+    const float* s = cache.sin.data() + (cache_row0 + t) * pairs;
+    if (layout == RopeLayout::half_split) {
+      // (x_i, x_{i+d/2}) -> (x_i c_i - x_{i+d/2} s_i, x_i s_i + x_{i+d/2} c_i): two contiguous halves.
+      float* a = row;
+      float* b = row + pairs;
+#pragma omp simd
+      for (std::size_t i = 0; i < pairs; ++i) {
+        const float xa = a[i], xb = b[i];
+        a[i] = xa * c[i] - xb * s[i];
+        b[i] = xa * s[i] + xb * c[i];
+      }
+    } else {
+      // (x_{2i}, x_{2i+1}): even and odd lanes.
+#pragma omp simd
+      for (std::size_t i = 0; i < pairs; ++i) {
+        const float xa = row[2 * i], xb = row[2 * i + 1];
+        row[2 * i] = xa * c[i] - xb * s[i];
+        row[2 * i + 1] = xa * s[i] + xb * c[i];
+      }
+    }
+  }
+}
+
+Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
+  require_nonempty("apply_rope", "x", x);
+  require(x.shape()[2] % 2 == 0, "apply_rope", "x has head_dim ", x.shape()[2], "; it must be even (RoPE rotates pairs)");
+  require_dim("apply_rope", "freqs.inv_freq", freqs.inv_freq, 0, "length", x.shape()[2] / 2,
+              "head_dim / 2, the number of pairs");
+  require(position_offset >= 0, "apply_rope", "position_offset (", position_offset, ") must be >= 0");
+  const RopeCache cache = make_rope_cache(freqs, position_offset, static_cast<long long>(x.shape()[1]));
+  Tensor3 y = x;
+  apply_rope_inplace(y, cache, layout, position_offset);
+  return y;
+}
+
+}  // namespace tvlab::opt

@@ -1,0 +1,49 @@
+#pragma once
+/// @file
+/// Configuration of rotary position embeddings (chapter 02), with the names Hugging Face uses
+/// (`rope_theta`, `rope_scaling{rope_type, factor, original_max_position_embeddings, beta_fast,
+/// beta_slow, attention_factor, mscale, mscale_all_dim}`).
+
+#include <optional>
+#include <string>
+
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab {
+
+/// Which coordinates form a rotated pair.
+enum class RopeLayout {
+  interleaved,  ///< pairs (2i, 2i+1), as in the RoFormer paper
+  half_split,   ///< pairs (i, i + d/2), Llama / Hugging Face `rotate_half`
+};
+
+struct RopeScaling {
+  std::string rope_type = "default";             ///< default | linear | dynamic | yarn
+  double factor = 1.0;                           ///< context extension factor s
+  long long original_max_position_embeddings = 0;  ///< pre-training length L (0: max_position_embeddings)
+  double beta_fast = 32.0;                       ///< YaRN: rotations above which a pair is extrapolated
+  double beta_slow = 1.0;                        ///< YaRN: rotations below which a pair is interpolated
+  std::optional<double> attention_factor;        ///< YaRN: explicit temperature factor
+  std::optional<double> mscale, mscale_all_dim;  ///< YaRN, DeepSeek's variant
+};
+
+struct RopeConfig {
+  int head_dim = 64;                      ///< d, even
+  double rope_theta = 10000.0;            ///< base of the frequencies
+  long long max_position_embeddings = 2048;
+  RopeScaling rope_scaling;
+};
+
+/// The inverse frequencies \f$ \theta_i \f$ (one per rotated pair, `[head_dim / 2]`) and the factor
+/// cos and sin are multiplied by (YaRN's attention temperature; 1 otherwise).
+struct RopeFrequencies {
+  DTensor1 inv_freq;
+  double attention_factor = 1.0;
+};
+
+/// Checks a RoPE configuration for `function` (head_dim even and positive, theta > 1, factor >= 1,
+/// a known rope_type, beta_fast > beta_slow > 0, lengths positive) and throws `tvlab::Error` naming
+/// the field.
+void validate_rope_config(const char* function, const RopeConfig& cfg);
+
+}  // namespace tvlab

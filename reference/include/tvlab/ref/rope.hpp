@@ -1,0 +1,36 @@
+#pragma once
+/// @file
+/// Rotary position embeddings and their context-extension methods (chapter 02), as loops.
+
+#include "tvlab/core/rope_config.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::ref {
+
+/// @ingroup ch02
+/// Inverse frequencies for `cfg.rope_scaling.rope_type`, as Hugging Face defines them:
+/// - default: \f$ \theta_i = \beta^{-2i/d} \f$, \f$ i = 0 \dots d/2 - 1 \f$, \f$ \beta \f$ = `rope_theta`;
+/// - linear (position interpolation): \f$ \theta_i / s \f$;
+/// - dynamic (NTK): for `seq_len` \f$ n > L \f$ the base becomes
+///   \f$ \beta\,\big(s n / L - (s - 1)\big)^{d/(d-2)} \f$, else default;
+/// - yarn: per pair, a ramp \f$ \gamma_i \in [0, 1] \f$ over the pair index between the correction
+///   dimensions of `beta_fast` and `beta_slow` rotations in the original length \f$ L \f$ blends
+///   \f$ \theta_i \f$ (extrapolation, \f$ \gamma_i = 1 \f$) with \f$ \theta_i / s \f$ (interpolation),
+///   and the attention factor is \f$ 0.1 \ln s + 1 \f$ (or DeepSeek's mscale ratio).
+/// `seq_len` matters only for `dynamic` (0 means max_position_embeddings).
+RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len = 0);
+
+/// @ingroup ch02
+/// The document's static NTK-aware base: \f$ \beta' = \beta\,\alpha^{d/(d-2)} \f$. (Dynamic NTK
+/// applies the same formula with \f$ \alpha \f$ growing with the current length.)
+double ntk_aware_base(double base, double alpha, int head_dim);
+
+/// @ingroup ch02
+/// Rotates every pair of every row of x `[heads, seq, head_dim]` at position
+/// \f$ m = \text{position\_offset} + \text{row} \f$:
+/// \f$ (x_a, x_b) \mapsto a_f\,(x_a\cos m\theta_i - x_b\sin m\theta_i,\; x_a\sin m\theta_i + x_b\cos m\theta_i) \f$
+/// with \f$ (a, b) = (2i, 2i+1) \f$ (interleaved) or \f$ (i, i + d/2) \f$ (half_split) and
+/// \f$ a_f \f$ = `freqs.attention_factor`.
+Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset = 0);
+
+}  // namespace tvlab::ref

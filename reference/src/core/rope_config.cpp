@@ -1,0 +1,34 @@
+#include "tvlab/core/rope_config.hpp"
+
+#include <cmath>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab {
+
+void validate_rope_config(const char* fn, const RopeConfig& cfg) {
+  require(cfg.head_dim > 0 && cfg.head_dim % 2 == 0, fn, "head_dim (", cfg.head_dim,
+          ") must be positive and even: RoPE rotates pairs of coordinates");
+  require(std::isfinite(cfg.rope_theta) && cfg.rope_theta > 1.0, fn, "rope_theta (", cfg.rope_theta,
+          ") must be finite and > 1");
+  require_positive(fn, "max_position_embeddings", cfg.max_position_embeddings);
+  const RopeScaling& s = cfg.rope_scaling;
+  require(s.rope_type == "default" || s.rope_type == "linear" || s.rope_type == "dynamic" || s.rope_type == "yarn",
+          fn, "rope_scaling.rope_type ('", s.rope_type, "') must be default, linear, dynamic or yarn");
+  require(std::isfinite(s.factor) && s.factor >= 1.0, fn, "rope_scaling.factor (", s.factor,
+          ") must be finite and >= 1");
+  require(s.original_max_position_embeddings >= 0, fn, "rope_scaling.original_max_position_embeddings (",
+          s.original_max_position_embeddings, ") must be >= 0 (0: max_position_embeddings)");
+  require(std::isfinite(s.beta_fast) && std::isfinite(s.beta_slow) && s.beta_slow > 0.0 && s.beta_fast > s.beta_slow,
+          fn, "rope_scaling.beta_fast (", s.beta_fast, ") must exceed rope_scaling.beta_slow (", s.beta_slow,
+          ") > 0");
+  if (s.attention_factor) {
+    require(std::isfinite(*s.attention_factor) && *s.attention_factor > 0.0, fn, "rope_scaling.attention_factor (",
+            *s.attention_factor, ") must be positive");
+  }
+  for (const auto* m : {&s.mscale, &s.mscale_all_dim}) {
+    if (*m) require(std::isfinite(**m) && **m >= 0.0, fn, "rope_scaling.mscale (", **m, ") must be >= 0");
+  }
+}
+
+}  // namespace tvlab
