@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "../common/testing.hpp"
+#include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ref {
@@ -113,6 +114,20 @@ TEST(Ch02Frequencies, yarn_attention_factor_variants) {
   EXPECT_NEAR(rope_frequencies(c).attention_factor, (0.1 * 0.707 * std::log(40) + 1) / (0.1 * std::log(40) + 1), 1e-15);
   c.rope_scaling.attention_factor = 1.5;  // explicit wins
   EXPECT_EQ(rope_frequencies(c).attention_factor, 1.5);
+}
+
+TEST(Ch02Alibi, slopes_for_8_12_and_16_heads) {
+  // n a power of two: m_h = 2^(-8 (h + 1) / n).
+  const DTensor1 s8 = alibi_slopes(8), s16 = alibi_slopes(16), s12 = alibi_slopes(12);
+  for (int h = 0; h < 8; ++h) EXPECT_NEAR(s8(h), std::pow(2.0, -(h + 1)), 1e-15);
+  for (int h = 0; h < 16; ++h) EXPECT_NEAR(s16(h), std::pow(2.0, -(h + 1) / 2.0), 1e-15);
+  // 12 heads: the 8-head slopes, then the odd powers 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 of the 16-head
+  // series (its entries 0, 2, 4, 6) — not in decreasing order, as in the authors' code.
+  ASSERT_EQ(s12.size(), 12u);
+  for (int h = 0; h < 8; ++h) EXPECT_NEAR(s12(h), std::pow(2.0, -(h + 1)), 1e-15);
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(s12(8 + k), std::pow(2.0, -(2 * k + 1) / 2.0), 1e-15);
+  EXPECT_EQ(alibi_slopes(1).size(), 1u);
+  EXPECT_NEAR(alibi_slopes(1)(0), std::pow(2.0, -8.0), 1e-15);
 }
 
 TEST(Ch02Frequencies, rejects_bad_configurations_naming_the_field) {

@@ -1,5 +1,5 @@
 #pragma once
-// Chapter 02's implementation registry (RoPE application so far).
+// Chapter 02's implementation registry (RoPE application and ALiBi so far).
 
 #include <functional>
 #include <ostream>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tvlab/core/rope_config.hpp"
+#include "tvlab/ref/alibi.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::ch02 {
@@ -15,6 +16,7 @@ struct Impl {
   std::string name;
   bool needs_device = false;
   std::function<Tensor3(const Tensor3&, const RopeFrequencies&, RopeLayout, long long)> apply_rope;
+  std::function<Tensor3(int, long long, long long, ref::AlibiMode)> alibi_bias;
 };
 
 const std::vector<Impl>& registry();

@@ -1,13 +1,15 @@
 #include "impls.hpp"
+#include "tvlab/opt/alibi.hpp"
 #include "tvlab/opt/rope.hpp"
+#include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ch02 {
 
 const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = {
-      {"ref", false, ref::apply_rope},
-      {"opt", false, opt::apply_rope},
+      {"ref", false, ref::apply_rope, ref::alibi_bias},
+      {"opt", false, opt::apply_rope, opt::alibi_bias},
   };
   return impls;
 }

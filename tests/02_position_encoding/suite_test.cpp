@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <complex>
+#include <cstdlib>
+#include <tuple>
 #include <limits>
 
 #include "../common/registry.hpp"
@@ -135,6 +137,43 @@ TEST_P(Rope, rejects_bad_input_naming_the_parameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(registry()), tvlab::testing::ImplName());
+
+// ------------------------------------------------------------------------------------------ ALiBi
+
+class Alibi : public ::testing::TestWithParam<Impl> {};
+
+TEST_P(Alibi, bias_is_minus_slope_times_distance) {
+  const Impl& impl = GetParam();
+  for (const auto mode : {ref::AlibiMode::causal, ref::AlibiMode::symmetric})
+    for (const auto& [heads, nq, nk] : {std::tuple{8, 5, 5}, std::tuple{12, 3, 40}, std::tuple{3, 17, 17}}) {
+      const Tensor3 b = impl.alibi_bias(heads, nq, nk, mode);
+      const DTensor1 m = ref::alibi_slopes(heads);
+      DTensor3 expected = DTensor3::from_shape({static_cast<std::size_t>(heads), static_cast<std::size_t>(nq),
+                                                static_cast<std::size_t>(nk)});
+      for (int h = 0; h < heads; ++h)
+        for (long long i = 0; i < nq; ++i)
+          for (long long j = 0; j < nk; ++j) {
+            const long long distance = i + (nk - nq) - j;  // queries aligned to the last keys
+            expected(h, i, j) = mode == ref::AlibiMode::causal && distance < 0
+                                    ? -std::numeric_limits<double>::infinity()
+                                    : -m(h) * static_cast<double>(std::llabs(distance));
+          }
+      // One float rounding of slope x distance: 2 eps relative (-inf must match exactly).
+      EXPECT_TRUE(matches(b, expected, {0.0, 2.4e-7},
+                          {std::string("alibi_bias ") + (mode == ref::AlibiMode::causal ? "causal" : "symmetric") + ", " +
+                               std::to_string(heads) + " heads, " + std::to_string(nq) + " x " + std::to_string(nk),
+                           {"h", "i", "j"}, 0, "", "the bias is -m_h (i - j), keys later than the query are -inf when causal"}));
+    }
+}
+
+TEST_P(Alibi, rejects_bad_input_naming_the_parameter) {
+  const Impl& impl = GetParam();
+  EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(0, 4, 4, ref::AlibiMode::causal); }, {"alibi_bias", "num_heads"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 0, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 5, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q", "seq_k"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(registry()), tvlab::testing::ImplName());
 
 }  // namespace
 }  // namespace tvlab::ch02

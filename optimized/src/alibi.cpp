@@ -1,0 +1,39 @@
+#include "tvlab/opt/alibi.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab::opt {
+
+Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mode) {
+  const char* fn = "alibi_bias";
+  require_positive(fn, "num_heads", num_heads);
+  require_positive(fn, "seq_q", seq_q);
+  require_positive(fn, "seq_k", seq_k);
+  if (mode == AlibiMode::causal)
+    require(seq_q <= seq_k, fn, "causal ALiBi needs seq_q (", seq_q, ") <= seq_k (", seq_k, ")");
+  const DTensor1 m = alibi_slopes(num_heads);
+  const auto heads = static_cast<std::size_t>(num_heads), nq = static_cast<std::size_t>(seq_q),
+             nk = static_cast<std::size_t>(seq_k);
+  Tensor3 bias = Tensor3::from_shape({heads, nq, nk});
+  const auto rows = static_cast<std::ptrdiff_t>(heads * nq);
+#pragma omp parallel for schedule(static) if (rows * static_cast<std::ptrdiff_t>(nk) > 65536)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const std::size_t h = static_cast<std::size_t>(r) / nq, i = static_cast<std::size_t>(r) % nq;
+    const auto slope = static_cast<float>(m(h));
+    const auto query_position = static_cast<long long>(i + nk - nq);
+    float* row = bias.data() + static_cast<std::size_t>(r) * nk;
+    // Keys up to i': -m (i' - j), exact in float for |i' - j| < 2^24; beyond: -inf or -m (j - i').
+    const std::size_t visible = static_cast<std::size_t>(query_position) + 1;
+#pragma omp simd
+    for (std::size_t j = 0; j < visible; ++j) row[j] = -slope * static_cast<float>(query_position - static_cast<long long>(j));
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (std::size_t j = visible; j < nk; ++j)
+      row[j] = mode == AlibiMode::causal ? neg_inf : -slope * static_cast<float>(static_cast<long long>(j) - query_position);
+  }
+  return bias;
+}
+
+}  // namespace tvlab::opt
