@@ -51,6 +51,7 @@ RopeFrequencies freqs_for(int head_dim, double theta) {
 
 TEST_P(Rope, matches_the_complex_rotation_oracle) {
   const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
   struct Case {
     int heads, seq, head_dim;
     long long offset;
@@ -78,6 +79,7 @@ TEST_P(Rope, matches_the_complex_rotation_oracle) {
 
 TEST_P(Rope, the_two_layouts_are_one_rotation_up_to_a_permutation) {
   const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(5);
   const Tensor3 x = rng.normal_tensor(2, 9, 16);
   const RopeFrequencies f = freqs_for(16, 10000);
@@ -100,6 +102,7 @@ TEST_P(Rope, the_two_layouts_are_one_rotation_up_to_a_permutation) {
 
 TEST_P(Rope, scores_depend_only_on_the_relative_position) {
   const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // (R_m q) . (R_n k) = q . (R_{n-m} k): compare every (m, n) with the same n - m.
   Rng rng(6);
   const Tensor3 q = rng.normal_tensor(1, 1, 32), k = rng.normal_tensor(1, 1, 32);
@@ -136,7 +139,8 @@ TEST_P(Rope, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(bad, f, RopeLayout::interleaved, 0); }, {"apply_rope", "x"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(registry()), tvlab::testing::ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::apply_rope)),
+                         tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------------------ ALiBi
 
@@ -173,7 +177,8 @@ TEST_P(Alibi, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 5, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q", "seq_k"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(registry()), tvlab::testing::ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::alibi_bias)),
+                         tvlab::testing::ImplName());
 
 }  // namespace
 }  // namespace tvlab::ch02

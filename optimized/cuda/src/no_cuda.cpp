@@ -6,6 +6,7 @@
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/ffn_device.hpp"
 #include "tvlab/cuda/norm_device.hpp"
+#include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
 namespace tvlab::cuda {
@@ -38,5 +39,8 @@ void rms_norm_backward(const NormBackwardArgs&) { no_cuda("rms_norm_backward"); 
 void activation_inplace(Activation, float*, std::size_t) { no_cuda("activation_inplace"); }
 void bias_activation_inplace(Activation, float*, const float*, std::size_t, std::size_t) { no_cuda("bias_activation_inplace"); }
 void swiglu_combine(const float*, const float*, float*, std::size_t) { no_cuda("swiglu_combine"); }
+void apply_rope_inplace(float*, std::size_t, std::size_t, std::size_t, const float*, const float*, bool) {
+  no_cuda("apply_rope_inplace");
+}
 }  // namespace device
 }  // namespace tvlab::cuda

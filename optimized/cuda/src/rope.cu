@@ -1,0 +1,40 @@
+// CUDA kernel of chapter 02: RoPE applied in place, both layouts.
+
+#include "check.cuh"
+#include "tvlab/cuda/rope_device.hpp"
+
+namespace tvlab::cuda::device {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void rope_kernel(float* x, long long total_pairs, int seq, int head_dim, const float* cos_table,
+                            const float* sin_table, bool interleaved) {
+  const int pairs = head_dim / 2;
+  for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total_pairs;
+       p += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long row = p / pairs;
+    const int i = static_cast<int>(p % pairs);
+    const int t = static_cast<int>(row % seq);
+    float* r = x + row * head_dim;
+    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + pairs;
+    const float c = cos_table[static_cast<long long>(t) * pairs + i], s = sin_table[static_cast<long long>(t) * pairs + i];
+    const float xa = r[a], xb = r[b];
+    r[a] = xa * c - xb * s;
+    r[b] = xa * s + xb * c;
+  }
+}
+
+}  // namespace
+
+void apply_rope_inplace(float* x, std::size_t rows, std::size_t seq, std::size_t head_dim, const float* cos,
+                        const float* sin, bool interleaved) {
+  const long long total_pairs = static_cast<long long>(rows * (head_dim / 2));
+  if (total_pairs == 0) return;
+  const long long blocks = (total_pairs + kThreads - 1) / kThreads;
+  rope_kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kThreads>>>(
+      x, total_pairs, static_cast<int>(seq), static_cast<int>(head_dim), cos, sin, interleaved);
+  TVLAB_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tvlab::cuda::device
