@@ -9,6 +9,7 @@
 #include "../common/testing.hpp"
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/rope.hpp"
+#include "tvlab/ref/sinusoidal.hpp"
 
 namespace tvlab::ref {
 namespace {
@@ -128,6 +129,33 @@ TEST(Ch02Alibi, slopes_for_8_12_and_16_heads) {
   for (int k = 0; k < 4; ++k) EXPECT_NEAR(s12(8 + k), std::pow(2.0, -(2 * k + 1) / 2.0), 1e-15);
   EXPECT_EQ(alibi_slopes(1).size(), 1u);
   EXPECT_NEAR(alibi_slopes(1)(0), std::pow(2.0, -8.0), 1e-15);
+}
+
+TEST(Ch02Sinusoidal, values_and_the_relative_distance_property) {
+  const Tensor2 pe = sinusoidal_position_encoding(50, 16);
+  // Row p: (sin(p w_0), cos(p w_0), sin(p w_1), ...), w_i = 10000^(-2i/16).
+  for (int p : {0, 1, 7, 49})
+    for (int i = 0; i < 8; ++i) {
+      const double w = std::pow(10000.0, -2.0 * i / 16);
+      EXPECT_NEAR(pe(p, 2 * i), std::sin(p * w), 1e-7);
+      EXPECT_NEAR(pe(p, 2 * i + 1), std::cos(p * w), 1e-7);
+    }
+  // PE(p) . PE(p + k) = sum_i cos(k w_i): the same for every p.
+  for (int k : {1, 5, 20}) {
+    double expected = 0;
+    for (int i = 0; i < 8; ++i) expected += std::cos(k * std::pow(10000.0, -2.0 * i / 16));
+    for (int p : {0, 3, 29}) {
+      double dot = 0;
+      for (int j = 0; j < 16; ++j) dot += static_cast<double>(pe(p, j)) * pe(p + k, j);
+      EXPECT_NEAR(dot, expected, 1e-5) << "p = " << p << ", k = " << k;
+    }
+  }
+  // An offset shifts the rows: encoding positions 10.. equals rows 10.. of the full table.
+  const Tensor2 shifted = sinusoidal_position_encoding(5, 16, 10000.0, 10);
+  for (int t = 0; t < 5; ++t)
+    for (int j = 0; j < 16; ++j) EXPECT_EQ(shifted(t, j), pe(10 + t, j));
+  EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(4, 7); }, {"d_model", "even"}));
+  EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(0, 8); }, {"seq"}));
 }
 
 TEST(Ch02Frequencies, rejects_bad_configurations_naming_the_field) {
