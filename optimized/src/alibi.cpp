@@ -3,17 +3,11 @@
 #include <cmath>
 #include <limits>
 
-#include "tvlab/core/error.hpp"
 
 namespace tvlab::opt {
 
 Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mode) {
-  const char* fn = "alibi_bias";
-  require_positive(fn, "num_heads", num_heads);
-  require_positive(fn, "seq_q", seq_q);
-  require_positive(fn, "seq_k", seq_k);
-  if (mode == AlibiMode::causal)
-    require(seq_q <= seq_k, fn, "causal ALiBi needs seq_q (", seq_q, ") <= seq_k (", seq_k, ")");
+  validate_alibi("alibi_bias", num_heads, seq_q, seq_k, mode);
   const DTensor1 m = alibi_slopes(num_heads);
   const auto heads = static_cast<std::size_t>(num_heads), nq = static_cast<std::size_t>(seq_q),
              nk = static_cast<std::size_t>(seq_k);

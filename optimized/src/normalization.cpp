@@ -146,11 +146,11 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
       const float* dyr = dy.data() + static_cast<std::size_t>(t) * d;
       float* dxr = out.dx.data() + static_cast<std::size_t>(t) * d;
       const RowStatsDouble st = row_stats_double(xr, d, eps, /*centred=*/true);
-      const RowStats s{static_cast<float>(st.mean), static_cast<float>(st.rstd), 0.0f};
+      const auto mean = static_cast<float>(st.mean), rstd = static_cast<float>(st.rstd);
       double sum_g = 0.0, sum_gx = 0.0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
       for (std::size_t j = 0; j < d; ++j) {
-        xhat[j] = (xr[j] - s.mean) * s.rstd;
+        xhat[j] = (xr[j] - mean) * rstd;
         const float gj = g[j] * dyr[j];
         sum_g += gj;
         sum_gx += gj * xhat[j];
@@ -160,7 +160,7 @@ LayerNormGrads layer_norm_backward(const Tensor2& x, const Tensor1& gamma, const
       const auto mean_g = static_cast<float>(sum_g / static_cast<double>(d));
       const auto mean_gx = static_cast<float>(sum_gx / static_cast<double>(d));
 #pragma omp simd
-      for (std::size_t j = 0; j < d; ++j) dxr[j] = s.rstd * (g[j] * dyr[j] - mean_g - xhat[j] * mean_gx);
+      for (std::size_t j = 0; j < d; ++j) dxr[j] = rstd * (g[j] * dyr[j] - mean_g - xhat[j] * mean_gx);
     }
 #pragma omp critical
     for (std::size_t j = 0; j < d; ++j) {

@@ -30,20 +30,11 @@ RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position
   return cache;
 }
 
-void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, long long position_offset) {
-  const char* fn = "apply_rope";
-  require_nonempty(fn, "x", x);
+namespace {
+
+// Rotates every row of x with the cache rows starting at `cache_row0`; inputs already checked.
+void rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::size_t cache_row0) {
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = d / 2;
-  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
-  require(cache.pairs == pairs, fn, "the cache has ", cache.pairs, " pairs, x needs head_dim / 2 = ", pairs);
-  require(position_offset >= cache.first_position &&
-              position_offset - cache.first_position + static_cast<long long>(seq) <=
-                  static_cast<long long>(cache.positions),
-          fn, "positions [", position_offset, ", ", position_offset + static_cast<long long>(seq),
-          ") are not all in the cache [", cache.first_position, ", ",
-          cache.first_position + static_cast<long long>(cache.positions), ")");
-  require_finite(fn, "x", x);
-  const std::size_t cache_row0 = static_cast<std::size_t>(position_offset - cache.first_position);
   const auto rows = static_cast<std::ptrdiff_t>(heads * seq);
 #pragma omp parallel for schedule(static) if (rows * static_cast<std::ptrdiff_t>(d) > 65536)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
@@ -73,15 +64,29 @@ void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, l
   }
 }
 
+}  // namespace
+
+void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, long long position_offset) {
+  const char* fn = "apply_rope";
+  require_nonempty(fn, "x", x);
+  const std::size_t seq = x.shape()[1], d = x.shape()[2];
+  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
+  require(cache.pairs == d / 2, fn, "the cache has ", cache.pairs, " pairs, x needs head_dim / 2 = ", d / 2);
+  require(position_offset >= cache.first_position &&
+              position_offset - cache.first_position + static_cast<long long>(seq) <=
+                  static_cast<long long>(cache.positions),
+          fn, "positions [", position_offset, ", ", position_offset + static_cast<long long>(seq),
+          ") are not all in the cache [", cache.first_position, ", ",
+          cache.first_position + static_cast<long long>(cache.positions), ")");
+  require_finite(fn, "x", x);
+  rotate_rows(x, cache, layout, static_cast<std::size_t>(position_offset - cache.first_position));
+}
+
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
-  require_nonempty("apply_rope", "x", x);
-  require(x.shape()[2] % 2 == 0, "apply_rope", "x has head_dim ", x.shape()[2], "; it must be even (RoPE rotates pairs)");
-  require_dim("apply_rope", "freqs.inv_freq", freqs.inv_freq, 0, "length", x.shape()[2] / 2,
-              "head_dim / 2, the number of pairs");
-  require(position_offset >= 0, "apply_rope", "position_offset (", position_offset, ") must be >= 0");
+  validate_rope_input("apply_rope", x, freqs, position_offset);
   const RopeCache cache = make_rope_cache(freqs, position_offset, static_cast<long long>(x.shape()[1]));
   Tensor3 y = x;
-  apply_rope_inplace(y, cache, layout, position_offset);
+  rotate_rows(y, cache, layout, 0);
   return y;
 }
 

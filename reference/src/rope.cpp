@@ -87,16 +87,8 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
 }
 
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
-  const char* fn = "apply_rope";
-  require_nonempty(fn, "x", x);
+  validate_rope_input("apply_rope", x, freqs, position_offset);
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2];
-  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
-  require_dim(fn, "freqs.inv_freq", freqs.inv_freq, 0, "length", d / 2, "head_dim / 2, the number of pairs");
-  require(position_offset >= 0, fn, "position_offset (", position_offset, ") must be >= 0");
-  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0, fn, "freqs.attention_factor (",
-          freqs.attention_factor, ") must be positive");
-  require_finite(fn, "x", x);
-  require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
   const std::size_t pairs = d / 2;
   Tensor3 y = Tensor3::from_shape({heads, seq, d});
   for (std::size_t h = 0; h < heads; ++h)

@@ -1,6 +1,5 @@
 // Host-tensor entry point of the CUDA RoPE: validate, build the cos/sin table, upload, launch, download.
 
-#include "tvlab/core/error.hpp"
 #include "tvlab/cuda/rope.hpp"
 #include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
@@ -9,13 +8,8 @@
 namespace tvlab::cuda {
 
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
-  const char* fn = "apply_rope";
-  require_nonempty(fn, "x", x);
+  validate_rope_input("apply_rope", x, freqs, position_offset);
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2];
-  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
-  require_dim(fn, "freqs.inv_freq", freqs.inv_freq, 0, "length", d / 2, "head_dim / 2, the number of pairs");
-  require(position_offset >= 0, fn, "position_offset (", position_offset, ") must be >= 0");
-  require_finite(fn, "x", x);
   // The table in double on the host (angles m * theta reach 1e5 rad and more).
   const opt::RopeCache cache = opt::make_rope_cache(freqs, position_offset, static_cast<long long>(seq));
   DeviceBuffer<float> dx(x.data(), x.size()), dcos(cache.cos.data(), cache.cos.size()),

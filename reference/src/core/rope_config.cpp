@@ -31,4 +31,16 @@ void validate_rope_config(const char* fn, const RopeConfig& cfg) {
   }
 }
 
+void validate_rope_input(const char* fn, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset) {
+  require_nonempty(fn, "x", x);
+  const std::size_t d = x.shape()[2];
+  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
+  require_dim(fn, "freqs.inv_freq", freqs.inv_freq, 0, "length", d / 2, "head_dim / 2, the number of pairs");
+  require(position_offset >= 0, fn, "position_offset (", position_offset, ") must be >= 0");
+  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0, fn, "freqs.attention_factor (",
+          freqs.attention_factor, ") must be positive");
+  require_finite(fn, "x", x);
+  require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
+}
+
 }  // namespace tvlab

@@ -10,6 +10,7 @@ namespace tvlab::opt {
 // The slopes are num_heads numbers: the reference's function serves under the same name.
 using ref::alibi_slopes;
 using ref::AlibiMode;
+using ref::validate_alibi;
 
 /// @ingroup ch02
 /// Same contract as `ref::alibi_bias`; heads and rows in parallel, each row one vectorised loop

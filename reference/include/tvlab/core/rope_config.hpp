@@ -46,4 +46,9 @@ struct RopeFrequencies {
 /// the field.
 void validate_rope_config(const char* function, const RopeConfig& cfg);
 
+/// Checks the inputs of applying RoPE, shared by every backend: x `[heads, seq, head_dim]` non-empty,
+/// finite, head_dim even; `freqs.inv_freq` of length head_dim / 2 and finite; a positive
+/// attention factor; position_offset >= 0.
+void validate_rope_input(const char* function, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset);
+
 }  // namespace tvlab

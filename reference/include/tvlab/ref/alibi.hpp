@@ -17,6 +17,10 @@ enum class AlibiMode { causal, symmetric };
 /// two \f$ p < n \f$, followed by every other slope of the \f$ 2p \f$-head series (the first \f$ n - p \f$).
 DTensor1 alibi_slopes(int num_heads);
 
+/// Checks the inputs of `alibi_bias` (shared by every backend): positive sizes, and
+/// seq_q <= seq_k when causal.
+void validate_alibi(const char* function, int num_heads, long long seq_q, long long seq_k, AlibiMode mode);
+
 /// @ingroup ch02
 /// The additive bias `[num_heads, seq_q, seq_k]`, to be added to the scaled scores (it is not
 /// divided by \f$ \sqrt{d_k} \f$).
