@@ -75,8 +75,15 @@ void BM_cuda_attention(benchmark::State& state) {
   cuda::DeviceBuffer<float> q(in.q.data(), in.q.size()), k(in.k.data(), in.k.size()), v(in.v.data(), in.v.size());
   cuda::DeviceBuffer<float> out(in.q.size()), scores(kHeads * n * n);
   CudaAttention ctx;
-  ctx.args = {q.get(), k.get(), v.get(), out.get(), scores.get(), nullptr, nullptr, kHeads, n, n, kHeadDim, kHeadDim,
-              0.125f, false};
+  ctx.args.q = q.get();
+  ctx.args.k = k.get();
+  ctx.args.v = v.get();
+  ctx.args.out = out.get();
+  ctx.args.scores = scores.get();
+  ctx.args.heads = kHeads;
+  ctx.args.seq_q = ctx.args.seq_k = n;
+  ctx.args.head_dim = ctx.args.head_dim_v = kHeadDim;
+  ctx.args.scale = 0.125f;
   for (auto _ : state) {
     const double ms = cuda::device::time_kernel_ms(
         [](void* c) { cuda::device::scaled_dot_product_attention(static_cast<CudaAttention*>(c)->args); }, &ctx);

@@ -1,8 +1,8 @@
 #include "tvlab/opt/alibi.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-
 
 namespace tvlab::opt {
 
@@ -17,10 +17,11 @@ Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mo
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const std::size_t h = static_cast<std::size_t>(r) / nq, i = static_cast<std::size_t>(r) % nq;
     const auto slope = static_cast<float>(m(h));
-    const auto query_position = static_cast<long long>(i + nk - nq);
+    // i' = i + seq_k - seq_q, negative for early queries when seq_q > seq_k (symmetric mode only).
+    const long long query_position = static_cast<long long>(i) + seq_k - seq_q;
     float* row = bias.data() + static_cast<std::size_t>(r) * nk;
     // Keys up to i': -m (i' - j), exact in float for |i' - j| < 2^24; beyond: -inf or -m (j - i').
-    const std::size_t visible = static_cast<std::size_t>(query_position) + 1;
+    const auto visible = static_cast<std::size_t>(std::clamp(query_position + 1, 0LL, seq_k));
 #pragma omp simd
     for (std::size_t j = 0; j < visible; ++j) row[j] = -slope * static_cast<float>(query_position - static_cast<long long>(j));
     const float neg_inf = -std::numeric_limits<float>::infinity();

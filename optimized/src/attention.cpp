@@ -3,28 +3,39 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
 #include "detail/blas.hpp"
+#include "detail/rope_row.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/opt/rope.hpp"
 #include "tvlab/opt/softmax.hpp"
 
 namespace tvlab::opt {
 namespace {
 
-// One head: S = scale * Q K^T (SGEMM), mask in place, softmax per row, O = P V (SGEMM).
+// ALiBi's bias for query i and key j: -m_h |i' - j| with i' = i + seq_k - seq_q (0 without ALiBi).
+float alibi_bias_of(float slope, std::size_t seq_q, std::size_t seq_k, std::size_t i, std::size_t j) {
+  const auto query_position = static_cast<long long>(i + seq_k) - static_cast<long long>(seq_q);
+  return -slope * static_cast<float>(std::llabs(query_position - static_cast<long long>(j)));
+}
+
+// One head: S = scale * Q K^T (SGEMM), mask and biases in place, softmax per row, O = P V (SGEMM).
 void attention_one_head(const float* q, const float* k, const float* v, float* o, std::size_t seq_q,
                         std::size_t seq_k, std::size_t head_dim, std::size_t head_dim_v, float scale,
-                        const AttentionConfig& cfg, float* scores) {
+                        const AttentionConfig& cfg, float alibi_slope, float* scores) {
   detail::sgemm(seq_q, seq_k, head_dim, scale, q, head_dim, k, head_dim, /*transpose_b=*/true, 0.0f, scores, seq_k);
-  const bool any_mask = cfg.causal || cfg.mask || cfg.additive_mask;
+  const bool any_mask = cfg.causal || cfg.mask || cfg.additive_mask || cfg.alibi_slopes;
   if (any_mask) {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     for (std::size_t i = 0; i < seq_q; ++i) {
       float* row = scores + i * seq_k;
       if (cfg.additive_mask)
         for (std::size_t j = 0; j < seq_k; ++j) row[j] += (*cfg.additive_mask)(i, j);
+      if (cfg.alibi_slopes)
+        for (std::size_t j = 0; j < seq_k; ++j) row[j] += alibi_bias_of(alibi_slope, seq_q, seq_k, i, j);
       for (std::size_t j = 0; j < seq_k; ++j)
         if (!attention_allowed(cfg, seq_q, seq_k, i, j)) row[j] = neg_inf;
     }
@@ -42,6 +53,15 @@ Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, cons
   const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
+  // Chapter 02, RoPE: v1 rotates q and k in a pass of their own (v2 fuses it into its copies).
+  Tensor3 q_rotated, k_rotated;
+  if (cfg.rope) {
+    const long long p0 = cfg.rope->first_position;
+    q_rotated = apply_rope(q, cfg.rope->freqs, cfg.rope->layout, p0 + static_cast<long long>(seq_k - seq_q));
+    k_rotated = apply_rope(k, cfg.rope->freqs, cfg.rope->layout, p0);
+  }
+  const float* q_data = cfg.rope ? q_rotated.data() : q.data();
+  const float* k_data = cfg.rope ? k_rotated.data() : k.data();
   Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
   const int threads = omp_get_max_threads();
   std::vector<float> rows(static_cast<std::size_t>(threads) * seq_k);  // one score row per thread
@@ -51,18 +71,20 @@ Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, cons
   for (std::ptrdiff_t r = 0; r < total_rows; ++r) {
     const std::size_t h = static_cast<std::size_t>(r) / seq_q, i = static_cast<std::size_t>(r) % seq_q;
     float* p = rows.data() + static_cast<std::size_t>(omp_get_thread_num()) * seq_k;
-    const float* qi = q.data() + (h * seq_q + i) * head_dim;
-    // s_j = scale * q_i . k_j (+ b_ij), -inf where masked.
+    const float* qi = q_data + (h * seq_q + i) * head_dim;
+    const float slope = cfg.alibi_slopes ? static_cast<float>((*cfg.alibi_slopes)(h)) : 0.0f;
+    // s_j = scale * q_i . k_j (+ b_ij) (- m_h |i' - j|), -inf where masked.
     for (std::size_t j = 0; j < seq_k; ++j) {
       if (!attention_allowed(cfg, seq_q, seq_k, i, j)) {
         p[j] = neg_inf;
         continue;
       }
-      const float* kj = k.data() + (h * seq_k + j) * head_dim;
+      const float* kj = k_data + (h * seq_k + j) * head_dim;
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (std::size_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
-      p[j] = scale * dot + (cfg.additive_mask ? (*cfg.additive_mask)(i, j) : 0.0f);
+      p[j] = scale * dot + (cfg.additive_mask ? (*cfg.additive_mask)(i, j) : 0.0f) +
+             alibi_bias_of(slope, seq_q, seq_k, i, j);
     }
     softmax_row_inplace(p, seq_k);
     // o_i = sum_j p_j v_j: for each key an axpy over the contiguous value row.
@@ -93,14 +115,44 @@ Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, cons
   // inside the OpenMP region could not be reported as an exception.
   const int threads = static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
   std::vector<float> scores(static_cast<std::size_t>(threads) * seq_q * seq_k);
+
+  // Chapter 02, RoPE fused into the load: each thread rotates its head's q and k while copying
+  // them into private buffers (one read of q and k, no rotated copy of the whole tensors); the
+  // cos/sin cache covers the key positions p0 .. p0 + seq_k - 1, and query i uses row seq_k - seq_q + i.
+  RopeCache cache;
+  std::vector<float> rotated;
+  const std::size_t q_size = seq_q * head_dim, k_size = seq_k * head_dim;
+  if (cfg.rope) {
+    cache = make_rope_cache(cfg.rope->freqs, cfg.rope->first_position, static_cast<long long>(seq_k));
+    rotated.resize(static_cast<std::size_t>(threads) * (q_size + k_size));
+  }
+  auto rotate_head = [&](const float* src, float* dst, std::size_t rows, std::size_t first_cache_row) {
+    for (std::size_t t = 0; t < rows; ++t) {
+      const std::size_t c = (first_cache_row + t) * cache.pairs;
+      detail::rotate_row(src + t * head_dim, dst + t * head_dim, cache.cos.data() + c, cache.sin.data() + c,
+                         cache.pairs, cfg.rope->layout);
+    }
+  };
+
   auto run_heads = [&] {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (std::ptrdiff_t h = 0; h < static_cast<std::ptrdiff_t>(heads); ++h) {
       const auto hh = static_cast<std::size_t>(h);
-      float* buffer = scores.data() + static_cast<std::size_t>(omp_get_thread_num()) * seq_q * seq_k;
-      attention_one_head(q.data() + hh * seq_q * head_dim, k.data() + hh * seq_k * head_dim,
-                         v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q, seq_k,
-                         head_dim, head_dim_v, scale, cfg, buffer);
+      const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+      float* buffer = scores.data() + thread * seq_q * seq_k;
+      const float* qh = q.data() + hh * q_size;
+      const float* kh = k.data() + hh * k_size;
+      if (cfg.rope) {
+        float* q_buffer = rotated.data() + thread * (q_size + k_size);
+        float* k_buffer = q_buffer + q_size;
+        rotate_head(qh, q_buffer, seq_q, seq_k - seq_q);
+        rotate_head(kh, k_buffer, seq_k, 0);
+        qh = q_buffer;
+        kh = k_buffer;
+      }
+      const float slope = cfg.alibi_slopes ? static_cast<float>((*cfg.alibi_slopes)(hh)) : 0.0f;
+      attention_one_head(qh, kh, v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q,
+                         seq_k, head_dim, head_dim_v, scale, cfg, slope, buffer);
     }
   };
   if (threads > 1) {

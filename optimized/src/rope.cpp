@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "detail/rope_row.hpp"
 #include "tvlab/core/error.hpp"
 
 namespace tvlab::opt {
@@ -40,27 +41,8 @@ void rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::siz
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const std::size_t t = static_cast<std::size_t>(r) % seq;
     float* row = x.data() + static_cast<std::size_t>(r) * d;
-    const float* c = cache.cos.data() + (cache_row0 + t) * pairs;
-    const float* s = cache.sin.data() + (cache_row0 + t) * pairs;
-    if (layout == RopeLayout::half_split) {
-      // (x_i, x_{i+d/2}) -> (x_i c_i - x_{i+d/2} s_i, x_i s_i + x_{i+d/2} c_i): two contiguous halves.
-      float* a = row;
-      float* b = row + pairs;
-#pragma omp simd
-      for (std::size_t i = 0; i < pairs; ++i) {
-        const float xa = a[i], xb = b[i];
-        a[i] = xa * c[i] - xb * s[i];
-        b[i] = xa * s[i] + xb * c[i];
-      }
-    } else {
-      // (x_{2i}, x_{2i+1}): even and odd lanes.
-#pragma omp simd
-      for (std::size_t i = 0; i < pairs; ++i) {
-        const float xa = row[2 * i], xb = row[2 * i + 1];
-        row[2 * i] = xa * c[i] - xb * s[i];
-        row[2 * i + 1] = xa * s[i] + xb * c[i];
-      }
-    }
+    detail::rotate_row(row, row, cache.cos.data() + (cache_row0 + t) * pairs, cache.sin.data() + (cache_row0 + t) * pairs,
+                       pairs, layout);
   }
 }
 

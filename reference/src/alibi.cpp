@@ -50,7 +50,8 @@ Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mo
   Tensor3 bias = Tensor3::from_shape({heads, nq, nk});
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t i = 0; i < nq; ++i) {
-      const double query_position = static_cast<double>(i + nk - nq);  // i' : aligned to the last key
+      // i' = i + seq_k - seq_q: aligned to the last key (negative for early queries when seq_q > seq_k).
+      const double query_position = static_cast<double>(i) + static_cast<double>(nk) - static_cast<double>(nq);
       for (std::size_t j = 0; j < nk; ++j) {
         const double distance = query_position - static_cast<double>(j);
         // B_hij = -m_h (i' - j) (causal, -inf for future keys) or -m_h |i' - j| (symmetric).

@@ -86,6 +86,16 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
   return out;
 }
 
+double deepseek_softmax_scale_factor(const RopeScaling& sc) {
+  if (sc.rope_type != "yarn" || !sc.mscale_all_dim || *sc.mscale_all_dim == 0.0) return 1.0;
+  require(std::isfinite(sc.factor) && sc.factor >= 1.0, "deepseek_softmax_scale_factor", "rope_scaling.factor (",
+          sc.factor, ") must be finite and >= 1");
+  require(std::isfinite(*sc.mscale_all_dim) && *sc.mscale_all_dim > 0.0, "deepseek_softmax_scale_factor",
+          "rope_scaling.mscale_all_dim (", *sc.mscale_all_dim, ") must be finite and >= 0");
+  const double m = yarn_get_mscale(sc.factor, *sc.mscale_all_dim);
+  return m * m;
+}
+
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
   validate_rope_input("apply_rope", x, freqs, position_offset);
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2];

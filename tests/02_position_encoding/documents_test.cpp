@@ -117,6 +117,34 @@ TEST(Ch02Frequencies, yarn_attention_factor_variants) {
   EXPECT_EQ(rope_frequencies(c).attention_factor, 1.5);
 }
 
+TEST(Ch02Frequencies, deepseek_moves_the_temperature_into_the_softmax_scale) {
+  // DeepSeek-V3: factor 40, mscale = mscale_all_dim = 1 -> cos/sin unscaled, softmax scale times
+  // (0.1 ln 40 + 1)^2; DeepSeek-V2: mscale_all_dim 0.707 -> (0.0707 ln 40 + 1)^2.
+  RopeScaling v3;
+  v3.rope_type = "yarn";
+  v3.factor = 40;
+  v3.mscale = 1.0;
+  v3.mscale_all_dim = 1.0;
+  const double m3 = 0.1 * std::log(40.0) + 1;
+  EXPECT_NEAR(ref::deepseek_softmax_scale_factor(v3), m3 * m3, 1e-14);
+  EXPECT_NEAR(ref::deepseek_softmax_scale_factor(v3), 1.8738542, 5e-8);
+  RopeScaling v2 = v3;
+  v2.mscale = 0.707;
+  v2.mscale_all_dim = 0.707;
+  const double m2 = 0.1 * 0.707 * std::log(40.0) + 1;
+  EXPECT_NEAR(ref::deepseek_softmax_scale_factor(v2), m2 * m2, 1e-14);
+  // Without mscale_all_dim (plain YaRN) or without yarn, the softmax scale is untouched.
+  RopeScaling plain = v3;
+  plain.mscale_all_dim.reset();
+  EXPECT_EQ(ref::deepseek_softmax_scale_factor(plain), 1.0);
+  plain = v3;
+  plain.rope_type = "linear";
+  EXPECT_EQ(ref::deepseek_softmax_scale_factor(plain), 1.0);
+  v3.mscale_all_dim = -1.0;
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { ref::deepseek_softmax_scale_factor(v3); },
+                                                  {"deepseek_softmax_scale_factor", "mscale_all_dim"}));
+}
+
 TEST(Ch02Alibi, slopes_for_8_12_and_16_heads) {
   // n a power of two: m_h = 2^(-8 (h + 1) / n).
   const DTensor1 s8 = alibi_slopes(8), s16 = alibi_slopes(16), s12 = alibi_slopes(12);

@@ -1,11 +1,12 @@
 #pragma once
-// Chapter 02's implementation registry (RoPE application and ALiBi so far).
+// Chapter 02's implementation registry: RoPE application, ALiBi bias, and attention with positions.
 
 #include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/rope_config.hpp"
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/core/tensor.hpp"
@@ -17,6 +18,8 @@ struct Impl {
   bool needs_device = false;
   std::function<Tensor3(const Tensor3&, const RopeFrequencies&, RopeLayout, long long)> apply_rope;
   std::function<Tensor3(int, long long, long long, ref::AlibiMode)> alibi_bias;
+  /// Chapter 00's attention, here with `cfg.rope` and `cfg.alibi_slopes` set.
+  std::function<Tensor3(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)> attention;
 };
 
 const std::vector<Impl>& registry();

@@ -1,18 +1,28 @@
 #include "impls.hpp"
+#include "tvlab/cuda/attention.hpp"
 #include "tvlab/cuda/rope.hpp"
 #include "tvlab/opt/alibi.hpp"
+#include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/rope.hpp"
 #include "tvlab/ref/alibi.hpp"
+#include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ch02 {
 
+// ref, opt, every numbered version of opt's attention (v1 rotates in a pass of its own, v2
+// inside its copies of q and k), and cuda.
 const std::vector<Impl>& registry() {
-  static const std::vector<Impl> impls = {
-      {"ref", false, ref::apply_rope, ref::alibi_bias},
-      {"opt", false, opt::apply_rope, opt::alibi_bias},
-      {"cuda", true, cuda::apply_rope, nullptr},
-  };
+  static const std::vector<Impl> impls = [] {
+    std::vector<Impl> all = {
+        {"ref", false, ref::apply_rope, ref::alibi_bias, ref::scaled_dot_product_attention},
+        {"opt", false, opt::apply_rope, opt::alibi_bias, opt::scaled_dot_product_attention},
+    };
+    for (const auto& variant : opt::attention_variants())
+      all.push_back({"opt_" + variant.name, false, nullptr, nullptr, variant.function});
+    all.push_back({"cuda", true, cuda::apply_rope, nullptr, cuda::scaled_dot_product_attention});
+    return all;
+  }();
   return impls;
 }
 

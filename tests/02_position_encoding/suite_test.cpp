@@ -1,5 +1,6 @@
-// Chapter 02 suites over every RoPE implementation: equivalence with a complex-number oracle,
-// the two layouts as one rotation, the relative-position property, bad input.
+// Chapter 02 suites over every implementation: RoPE against a complex-number oracle, the two
+// layouts as one rotation, the relative-position property; the ALiBi bias; attention with RoPE
+// and ALiBi inside; bad input.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "impls.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/rope.hpp"
+#include "tvlab/ref/alibi.hpp"
 
 namespace tvlab::ch02 {
 namespace {
@@ -170,6 +172,20 @@ TEST_P(Alibi, bias_is_minus_slope_times_distance) {
     }
 }
 
+TEST_P(Alibi, symmetric_bias_with_more_queries_than_keys) {
+  // Encoders may attend from more queries than keys: i' = i + seq_k - seq_q is then negative
+  // for the first queries, and the bias is still -m_h |i' - j|.
+  const Tensor3 b = GetParam().alibi_bias(2, 9, 4, ref::AlibiMode::symmetric);
+  const DTensor1 m = ref::alibi_slopes(2);
+  DTensor3 expected = DTensor3::from_shape({2, 9, 4});
+  for (std::size_t h = 0; h < 2; ++h)
+    for (long long i = 0; i < 9; ++i)
+      for (long long j = 0; j < 4; ++j) expected(h, i, j) = -m(h) * static_cast<double>(std::llabs(i + 4 - 9 - j));
+  EXPECT_TRUE(matches(b, expected, {0.0, 2.4e-7},
+                      {"alibi_bias symmetric, 2 heads, 9 x 4", {"h", "i", "j"}, 0, "",
+                       "compute i + seq_k - seq_q in signed arithmetic"}));
+}
+
 TEST_P(Alibi, rejects_bad_input_naming_the_parameter) {
   const Impl& impl = GetParam();
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(0, 4, 4, ref::AlibiMode::causal); }, {"alibi_bias", "num_heads"}));
@@ -178,6 +194,160 @@ TEST_P(Alibi, rejects_bad_input_naming_the_parameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::alibi_bias)),
+                         tvlab::testing::ImplName());
+
+// ------------------------------------------------------------------- attention with positions
+
+class PositionalAttention : public ::testing::TestWithParam<Impl> {};
+
+// Oracle in double, independent of tvlab::ref: rotate q and k with rope_oracle at the positions
+// AttentionRope defines (key j at p0 + j, query i at p0 + seq_k - seq_q + i), S = scale q k^T
+// - m_h |i' - j|, causal -inf, softmax, P V. Also returns max_ij (scale sum_c |q_ic k_jc| + |bias|),
+// the size of the terms in a score.
+struct OracleResult {
+  DTensor3 out;
+  double score_magnitude = 0.0;
+};
+
+OracleResult positional_attention_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                         const AttentionConfig& cfg) {
+  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2], dv = v.shape()[2];
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  DTensor3 qr = xt::cast<double>(q), kr = xt::cast<double>(k);
+  if (cfg.rope) {
+    const long long p0 = cfg.rope->first_position;
+    qr = rope_oracle(q, cfg.rope->freqs, cfg.rope->layout, p0 + static_cast<long long>(nk - nq));
+    kr = rope_oracle(k, cfg.rope->freqs, cfg.rope->layout, p0);
+  }
+  OracleResult r{DTensor3::from_shape({heads, nq, dv}), 0.0};
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < nq; ++i) {
+      const long long query_position = static_cast<long long>(i + nk - nq);
+      std::vector<double> s(nk, -std::numeric_limits<double>::infinity());
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::size_t j = 0; j < nk; ++j) {
+        if (cfg.causal && static_cast<long long>(j) > query_position) continue;
+        double dot = 0.0, magnitude = 0.0;
+        for (std::size_t c = 0; c < d; ++c) {
+          dot += qr(h, i, c) * kr(h, j, c);
+          magnitude += std::fabs(qr(h, i, c) * kr(h, j, c));
+        }
+        const double bias = cfg.alibi_slopes ? -(*cfg.alibi_slopes)(h) * std::fabs(static_cast<double>(query_position) -
+                                                                                    static_cast<double>(j))
+                                             : 0.0;
+        s[j] = scale * dot + bias;
+        m = std::max(m, s[j]);
+        r.score_magnitude = std::max(r.score_magnitude, scale * magnitude + std::fabs(bias));
+      }
+      double l = 0.0;
+      for (double& x : s) l += (x = std::exp(x - m));
+      for (std::size_t c = 0; c < dv; ++c) {
+        double acc = 0.0;
+        for (std::size_t j = 0; j < nk; ++j) acc += s[j] * v(h, j, c);
+        r.out(h, i, c) = acc / l;
+      }
+    }
+  return r;
+}
+
+TEST_P(PositionalAttention, rope_and_alibi_inside_attention_match_the_oracle) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  struct Case {
+    std::string label;
+    std::size_t heads, seq_q, seq_k, head_dim;
+    bool causal, rope, alibi;
+    RopeLayout layout;
+    long long first_position;
+  };
+  const Case cases[] = {
+      {"rope interleaved, one token", 1, 1, 1, 2, true, true, false, RopeLayout::interleaved, 0},
+      {"rope interleaved, causal", 2, 7, 7, 8, true, true, false, RopeLayout::interleaved, 0},
+      {"rope half_split, yarn x8, 5 queries over 19 keys at 1000", 3, 5, 19, 64, true, true, false,
+       RopeLayout::half_split, 1000},
+      {"alibi symmetric (encoder)", 4, 33, 33, 16, false, false, true, RopeLayout::half_split, 0},
+      {"alibi causal, 12 heads, 3 queries over 40 keys", 12, 3, 40, 8, true, false, true, RopeLayout::half_split, 0},
+      {"rope and alibi, causal, seq 129", 2, 129, 129, 32, true, true, true, RopeLayout::half_split, 7},
+  };
+  for (const Case& c : cases) {
+    const std::uint64_t seed = 17 + c.seq_k;
+    Rng rng(seed);
+    const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    AttentionConfig cfg;
+    cfg.causal = c.causal;
+    if (c.rope) {
+      RopeConfig rc;
+      rc.head_dim = static_cast<int>(c.head_dim);
+      rc.max_position_embeddings = 32768;
+      if (c.first_position >= 1000) {  // a YaRN configuration, with its attention factor
+        rc.rope_scaling.rope_type = "yarn";
+        rc.rope_scaling.factor = 8;
+        rc.rope_scaling.original_max_position_embeddings = 4096;
+      }
+      cfg.rope = AttentionRope{ref::rope_frequencies(rc), c.layout, c.first_position};
+    }
+    if (c.alibi) cfg.alibi_slopes = ref::alibi_slopes(static_cast<int>(c.heads));
+    const OracleResult expected = positional_attention_oracle(q, k, v, cfg);
+    // As in chapter 00: a score is a length-d dot product (plus the bias) with float error
+    // ~ eps sqrt(d) M, M = max scale sum |q k| + |bias| after rotation; P V adds a length-seq_k
+    // reduction. rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1).
+    const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
+    const double vmax = xt::amax(xt::abs(v))();
+    EXPECT_TRUE(matches(impl.attention(q, k, v, cfg), expected.out, {rtol * vmax * (2 * expected.score_magnitude + 1), rtol},
+                        {"scaled_dot_product_attention with " + c.label, {"h", "i", "d"}, seed, "",
+                         "query i sits at position p0 + seq_k - seq_q + i, key j at p0 + j; ALiBi adds -m_h |i' - j|"}));
+  }
+}
+
+TEST_P(PositionalAttention, rope_attention_is_unchanged_by_a_common_shift_of_positions) {
+  // RoPE makes scores depend on i - j only: moving every position by the same amount leaves the
+  // attention output unchanged (up to rounding), whatever the absolute position.
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  Rng rng(23);
+  const Tensor3 q = rng.normal_tensor(2, 6, 16), k = rng.normal_tensor(2, 10, 16), v = rng.normal_tensor(2, 10, 16);
+  RopeConfig rc;
+  rc.head_dim = 16;
+  AttentionConfig at0;
+  at0.causal = true;
+  at0.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::interleaved, 0};
+  const Tensor3 reference = impl.attention(q, k, v, at0);
+  for (long long shift : {1LL, 100LL, 5000LL}) {
+    AttentionConfig shifted = at0;
+    shifted.rope->first_position = shift;
+    // Both runs round differently (cos/sin of different angles): a few float reductions apart.
+    const double rtol = tvlab::testing::reduction_rtol(16);
+    EXPECT_TRUE(matches(impl.attention(q, k, v, shifted), xt::eval(xt::cast<double>(reference)), {rtol * 16, rtol},
+                        {"attention with RoPE, positions shifted by " + std::to_string(shift), {"h", "i", "d"}, 23, "",
+                         "rotate q and k with the same position origin"}));
+  }
+}
+
+TEST_P(PositionalAttention, rejects_bad_positions_naming_the_parameter) {
+  const Impl& impl = GetParam();
+  const Tensor3 q = xt::ones<float>({2, 3, 8}), k = xt::ones<float>({2, 3, 8});
+  RopeConfig rc;
+  rc.head_dim = 8;
+  AttentionConfig cfg;
+  cfg.alibi_slopes = ref::alibi_slopes(3);
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes", "heads"}));
+  cfg.alibi_slopes = DTensor1{0.5, std::numeric_limits<double>::quiet_NaN()};
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes"}));
+  cfg.alibi_slopes.reset();
+  rc.head_dim = 6;
+  cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"inv_freq", "head_dim / 2"}));
+  rc.head_dim = 8;
+  cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, -3};
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"rope.first_position"}));
+  cfg.rope->first_position = 0;
+  const Tensor3 long_q = xt::ones<float>({2, 4, 8});
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(long_q, k, k, cfg); }, {"seq_q", "seq_k", "positions"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch02, PositionalAttention,
+                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::attention)),
                          tvlab::testing::ImplName());
 
 }  // namespace

@@ -12,18 +12,21 @@ constexpr int kThreads = 256;
 // One block per row of `rows` = heads * seq_q. Each thread strides over the columns.
 // Mask rule as in attention_allowed(): causal forbids j > i + (seq_k - seq_q); mask[i, j] == 0
 // forbids; additive_mask[i, j] is added first. A fully masked row becomes zeros.
+// ALiBi (chapter 02): slopes[h] != nullptr adds -m_h |i' - j| with i' = i + cols - seq_q.
 __global__ void masked_softmax_kernel(float* x, int seq_q, int cols, bool causal, const unsigned char* mask,
-                                      const float* additive) {
+                                      const float* additive, const float* slopes) {
   __shared__ float scratch[32];
   const long long row_index = blockIdx.x;
   const int i = static_cast<int>(row_index % seq_q);  // query position inside its head
+  const float slope = slopes ? slopes[row_index / seq_q] : 0.0f;
   float* row = x + row_index * cols;
 
-  // Pass 1: apply the mask and find the row maximum.
+  // Pass 1: apply the mask and biases, and find the row maximum.
   float m = -INFINITY;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     float s = row[j];
     if (additive) s += additive[static_cast<long long>(i) * cols + j];
+    if (slopes) s -= slope * fabsf(static_cast<float>(i + cols - seq_q - j));
     const bool allowed = !(causal && j + seq_q > i + cols) && !(mask && !mask[static_cast<long long>(i) * cols + j]);
     s = allowed ? s : -INFINITY;
     row[j] = s;
@@ -52,7 +55,7 @@ __global__ void masked_softmax_kernel(float* x, int seq_q, int cols, bool causal
 void softmax_rows(float* x, std::size_t rows, std::size_t cols) {
   if (rows == 0 || cols == 0) return;
   masked_softmax_kernel<<<static_cast<unsigned>(rows), kThreads>>>(x, static_cast<int>(rows), static_cast<int>(cols),
-                                                                   false, nullptr, nullptr);
+                                                                   false, nullptr, nullptr, nullptr);
   TVLAB_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -78,7 +81,7 @@ void scaled_dot_product_attention(const AttentionArgs& p) {
                                                static_cast<long long>(sk) * d, p.q, d, static_cast<long long>(sq) * d,
                                                &zero, p.scores, sk, static_cast<long long>(sq) * sk, batch));
   masked_softmax_kernel<<<static_cast<unsigned>(p.heads * p.seq_q), kThreads>>>(p.scores, sq, sk, p.causal, p.mask,
-                                                                                p.additive_mask);
+                                                                                p.additive_mask, p.alibi_slopes);
   TVLAB_CUDA_CHECK(cudaGetLastError());
   // O_h = P_h V_h: column-major O^T = V^T P^T.
   TVLAB_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, dv, sq, sk, &one, p.v, dv,

@@ -9,8 +9,10 @@
 #include "tvlab/core/error.hpp"
 #include "tvlab/cuda/attention.hpp"
 #include "tvlab/cuda/attention_device.hpp"
+#include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/cuda/softmax.hpp"
+#include "tvlab/opt/rope.hpp"
 
 namespace tvlab::cuda {
 
@@ -46,6 +48,24 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
     mask = DeviceBuffer<unsigned char>(bytes.data(), bytes.size());
   }
   if (cfg.additive_mask) additive = DeviceBuffer<float>(cfg.additive_mask->data(), cfg.additive_mask->size());
+  // Chapter 02: ALiBi slopes go to the softmax kernel; RoPE rotates the device copies of q and k
+  // in place (table in double on the host, covering the key positions; query i uses row seq_k - seq_q + i).
+  DeviceBuffer<float> slopes;
+  if (cfg.alibi_slopes) {
+    const std::vector<float> m(cfg.alibi_slopes->begin(), cfg.alibi_slopes->end());
+    slopes = DeviceBuffer<float>(m.data(), m.size());
+  }
+  if (cfg.rope) {
+    const opt::RopeCache cache =
+        opt::make_rope_cache(cfg.rope->freqs, cfg.rope->first_position, static_cast<long long>(args.seq_k));
+    DeviceBuffer<float> dcos(cache.cos.data(), cache.cos.size()), dsin(cache.sin.data(), cache.sin.size());
+    const bool interleaved = cfg.rope->layout == RopeLayout::interleaved;
+    const std::size_t query_row = (args.seq_k - args.seq_q) * cache.pairs;
+    device::apply_rope_inplace(dq.get(), args.heads * args.seq_q, args.seq_q, args.head_dim, dcos.get() + query_row,
+                               dsin.get() + query_row, interleaved);
+    device::apply_rope_inplace(dk.get(), args.heads * args.seq_k, args.seq_k, args.head_dim, dcos.get(), dsin.get(),
+                               interleaved);
+  }
   args.q = dq.get();
   args.k = dk.get();
   args.v = dv.get();
@@ -53,6 +73,7 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
   args.scores = scores.get();
   args.mask = mask.get();
   args.additive_mask = additive.get();
+  args.alibi_slopes = slopes.get();
   device::scaled_dot_product_attention(args);
 
   Tensor3 out = Tensor3::from_shape({args.heads, args.seq_q, args.head_dim_v});

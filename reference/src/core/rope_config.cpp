@@ -33,14 +33,18 @@ void validate_rope_config(const char* fn, const RopeConfig& cfg) {
 
 void validate_rope_input(const char* fn, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset) {
   require_nonempty(fn, "x", x);
-  const std::size_t d = x.shape()[2];
-  require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
-  require_dim(fn, "freqs.inv_freq", freqs.inv_freq, 0, "length", d / 2, "head_dim / 2, the number of pairs");
+  require(x.shape()[2] % 2 == 0, fn, "x has head_dim ", x.shape()[2], "; it must be even (RoPE rotates pairs)");
+  validate_rope_frequencies(fn, freqs, x.shape()[2]);
   require(position_offset >= 0, fn, "position_offset (", position_offset, ") must be >= 0");
+  require_finite(fn, "x", x);
+}
+
+void validate_rope_frequencies(const char* fn, const RopeFrequencies& freqs, std::size_t head_dim) {
+  require(head_dim % 2 == 0, fn, "head_dim (", head_dim, ") must be even: RoPE rotates pairs");
+  require_dim(fn, "freqs.inv_freq", freqs.inv_freq, 0, "length", head_dim / 2, "head_dim / 2, the number of pairs");
+  require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
   require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0, fn, "freqs.attention_factor (",
           freqs.attention_factor, ") must be positive");
-  require_finite(fn, "x", x);
-  require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
 }
 
 }  // namespace tvlab

@@ -50,5 +50,9 @@ void validate_rope_config(const char* function, const RopeConfig& cfg);
 /// finite, head_dim even; `freqs.inv_freq` of length head_dim / 2 and finite; a positive
 /// attention factor; position_offset >= 0.
 void validate_rope_input(const char* function, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset);
+/// The frequency checks of `validate_rope_input` for rows of `head_dim` coordinates (also used
+/// by attention with RoPE): head_dim even, inv_freq of length head_dim / 2 and finite, a positive
+/// attention factor.
+void validate_rope_frequencies(const char* function, const RopeFrequencies& freqs, std::size_t head_dim);
 
 }  // namespace tvlab

@@ -21,6 +21,13 @@ namespace tvlab::ref {
 RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len = 0);
 
 /// @ingroup ch02
+/// DeepSeek's softmax-scale multiplier for YaRN (DeepSeek-V2/V3, and Hugging Face's DeepSeek
+/// attention): \f$ \big(0.1\,\mu \ln s + 1\big)^2 \f$ with \f$ \mu \f$ = `mscale_all_dim`, for
+/// rope_type yarn with \f$ s > 1 \f$ and mscale_all_dim set and non-zero; 1 otherwise. The
+/// attention scale becomes \f$ (1/\sqrt{d_{qk}}) \f$ times this, while cos/sin carry only the ratio
+/// mscale / mscale_all_dim (1 for V3): the temperature moves from q and k into the softmax.
+double deepseek_softmax_scale_factor(const RopeScaling& scaling);
+/// @ingroup ch02
 /// The document's static NTK-aware base: \f$ \beta' = \beta\,\alpha^{d/(d-2)} \f$. (Dynamic NTK
 /// applies the same formula with \f$ \alpha \f$ growing with the current length.)
 double ntk_aware_base(double base, double alpha, int head_dim);

@@ -1,0 +1,34 @@
+#pragma once
+// One row of RoPE from a cos/sin cache row: shared by opt::apply_rope and by attention, which
+// rotates q and k while copying them into its working buffers.
+
+#include <cstddef>
+
+#include "tvlab/core/rope_config.hpp"
+
+namespace tvlab::opt::detail {
+
+/// Rotates the `pairs` pairs of one row `in` into `out` (which may be `in`): pair i by the angle
+/// whose cosine and sine (times the attention factor) are `cos[i]`, `sin[i]`.
+inline void rotate_row(const float* in, float* out, const float* cos, const float* sin, std::size_t pairs,
+                       RopeLayout layout) {
+  if (layout == RopeLayout::half_split) {
+    // (x_i, x_{i+d/2}) -> (x_i c_i - x_{i+d/2} s_i, x_i s_i + x_{i+d/2} c_i): two contiguous halves.
+#pragma omp simd
+    for (std::size_t i = 0; i < pairs; ++i) {
+      const float xa = in[i], xb = in[i + pairs];
+      out[i] = xa * cos[i] - xb * sin[i];
+      out[i + pairs] = xa * sin[i] + xb * cos[i];
+    }
+  } else {
+    // (x_{2i}, x_{2i+1}): even and odd lanes.
+#pragma omp simd
+    for (std::size_t i = 0; i < pairs; ++i) {
+      const float xa = in[2 * i], xb = in[2 * i + 1];
+      out[2 * i] = xa * cos[i] - xb * sin[i];
+      out[2 * i + 1] = xa * sin[i] + xb * cos[i];
+    }
+  }
+}
+
+}  // namespace tvlab::opt::detail
