@@ -7,7 +7,9 @@
 #include <numbers>
 
 #include "../common/testing.hpp"
+#include "tvlab/analysis/rope_extrapolation.hpp"
 #include "tvlab/ref/alibi.hpp"
+#include "tvlab/ref/learned_positions.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/sinusoidal.hpp"
 
@@ -200,3 +202,65 @@ TEST(Ch02Frequencies, rejects_bad_configurations_naming_the_field) {
 
 }  // namespace
 }  // namespace tvlab::ref
+
+// ------------------------------------------------------------------- learned absolute positions
+
+namespace tvlab::ch02 {
+namespace {
+
+using tvlab::testing::throws_error_naming;
+
+TEST(Ch02LearnedPositions, lookup_returns_rows_and_fails_beyond_the_table) {
+  Tensor2 table = Tensor2::from_shape({8, 4});
+  for (std::size_t p = 0; p < 8; ++p)
+    for (std::size_t c = 0; c < 4; ++c) table(p, c) = static_cast<float>(10 * p + c);
+  const Tensor2 rows = ref::learned_position_embedding(table, 5, 3);
+  for (std::size_t t = 0; t < 3; ++t)
+    for (std::size_t c = 0; c < 4; ++c) EXPECT_EQ(rows(t, c), table(5 + t, c));
+  // Position 8 does not exist: the error names the position and the table size.
+  EXPECT_TRUE(throws_error_naming([&] { ref::learned_position_embedding(table, 6, 3); },
+                                  {"learned_position_embedding", "position 8", "max_positions = 8"}));
+  EXPECT_TRUE(throws_error_naming([&] { ref::learned_position_embedding(table, -1, 3); }, {"first_position"}));
+  EXPECT_TRUE(throws_error_naming([&] { ref::learned_position_embedding(table, 0, 0); }, {"count"}));
+}
+
+// ------------------------------------------------------------------------ extrapolation experiment
+
+TEST(Ch02Extrapolation, each_method_moves_the_frequencies_the_lesson_says) {
+  const int d = 128;
+  const double base = 10000, s = 4;
+  const long long L = 4096;
+  const auto rows = analysis::rope_extrapolation(d, base, L, s, 8, 3);
+  ASSERT_EQ(rows.size(), 5U);
+  // Pairs that never complete a turn in L positions: (L - 1) b^(-2i/d) < 2 pi, counted here.
+  int slow_pairs = 0;
+  for (int i = 0; i < d / 2; ++i) slow_pairs += (L - 1) * std::pow(base, -2.0 * i / d) < 2 * std::numbers::pi ? 1 : 0;
+  const auto& none = rows[0];
+  const auto& pi = rows[1];
+  const auto& ntk = rows[2];
+  const auto& yarn = rows[4];
+  EXPECT_EQ(none.unseen_angle_pairs, slow_pairs);
+  EXPECT_EQ(none.short_range_change, 0.0);
+  EXPECT_EQ(none.neighbour_resolution, 1.0);
+  // PI: every angle stays inside the trained range, at the price of s times less resolution.
+  EXPECT_EQ(pi.unseen_angle_pairs, 0);
+  EXPECT_NEAR(pi.neighbour_resolution, 1 / s, 1e-15);
+  // NTK-aware and YaRN keep the fastest pair (theta_0 = 1) exactly.
+  EXPECT_EQ(ntk.neighbour_resolution, 1.0);
+  EXPECT_EQ(yarn.neighbour_resolution, 1.0);
+  // YaRN interpolates every slow pair fully (they lie below beta_slow = 1 turn in L).
+  EXPECT_EQ(yarn.unseen_angle_pairs, 0);
+  // Scores beyond L leave the trained range far more often without any method.
+  EXPECT_GT(none.outside_range, 4 * yarn.outside_range);
+  EXPECT_GT(none.outside_range, 4 * pi.outside_range);
+  EXPECT_GT(none.self_below_minimum, 4 * pi.self_below_minimum);
+  // PI changes short-range scores the most; YaRN, which keeps the fast pairs, less.
+  EXPECT_GT(pi.short_range_change, 2 * yarn.short_range_change);
+  EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(127, 1e4, 4096, 4, 8, 3); }, {"head_dim"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(64, 1e4, 32, 4, 8, 3); }, {"original_length"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(64, 1e4, 4096, 0.5, 8, 3); }, {"factor"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(64, 1e4, 4096, 4, 0, 3); }, {"samples"}));
+}
+
+}  // namespace
+}  // namespace tvlab::ch02
