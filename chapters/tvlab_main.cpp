@@ -13,9 +13,10 @@ namespace tvlab::cli {
 
 Chapter chapter_00();
 Chapter chapter_01();
+Chapter chapter_02();
 
 const std::vector<Chapter>& chapters() {
-  static const std::vector<Chapter> all = {chapter_00(), chapter_01()};
+  static const std::vector<Chapter> all = {chapter_00(), chapter_01(), chapter_02()};
   return all;
 }
 

@@ -23,7 +23,7 @@ Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mo
     // Keys up to i': -m (i' - j), exact in float for |i' - j| < 2^24; beyond: -inf or -m (j - i').
     const auto visible = static_cast<std::size_t>(std::clamp(query_position + 1, 0LL, seq_k));
 #pragma omp simd
-    for (std::size_t j = 0; j < visible; ++j) row[j] = -slope * static_cast<float>(query_position - static_cast<long long>(j));
+    for (std::size_t j = 0; j < visible; ++j) row[j] = 0.0f - slope * static_cast<float>(query_position - static_cast<long long>(j));
     const float neg_inf = -std::numeric_limits<float>::infinity();
     for (std::size_t j = visible; j < nk; ++j)
       row[j] = mode == AlibiMode::causal ? neg_inf : -slope * static_cast<float>(static_cast<long long>(j) - query_position);

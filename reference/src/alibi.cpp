@@ -58,7 +58,7 @@ Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mo
         if (mode == AlibiMode::causal && distance < 0) {
           bias(h, i, j) = -std::numeric_limits<float>::infinity();
         } else {
-          bias(h, i, j) = static_cast<float>(-m(h) * std::fabs(distance));
+          bias(h, i, j) = static_cast<float>(0.0 - m(h) * std::fabs(distance));  // 0 - x: +0 at distance 0
         }
       }
     }

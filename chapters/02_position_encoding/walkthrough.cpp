@@ -1,0 +1,603 @@
+// `tvlab 02_position_encoding` (alias `tvlab rope`): RoPE step by step, the context-extension
+// methods per frequency pair, ALiBi, the extrapolation experiment, learned vs sinusoidal positions.
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <numbers>
+#include <sstream>
+
+#include "../common/svg.hpp"
+#include "../common/walkthrough.hpp"
+#include "tvlab/analysis/rope_extrapolation.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/cuda/attention.hpp"
+#include "tvlab/cuda/rope.hpp"
+#include "tvlab/cuda/runtime.hpp"
+#include "tvlab/opt/alibi.hpp"
+#include "tvlab/opt/attention.hpp"
+#include "tvlab/opt/rope.hpp"
+#include "tvlab/ref/alibi.hpp"
+#include "tvlab/ref/attention.hpp"
+#include "tvlab/ref/learned_positions.hpp"
+#include "tvlab/ref/rope.hpp"
+#include "tvlab/ref/sinusoidal.hpp"
+
+namespace tvlab::cli {
+namespace {
+
+constexpr double kPi = std::numbers::pi;
+
+struct Options : StandardOptions {
+  std::string svg, figure = "scaling", layout = "half_split", rope_type = "yarn";
+  int seq = 6, head_dim = 8, heads = 2;
+  double theta = 10000.0, factor = 4.0;
+  long long original_length = 4096, first_position = 0;
+};
+
+RopeConfig rope_config(int head_dim, double theta, const std::string& type, double factor, long long original) {
+  RopeConfig cfg;
+  cfg.head_dim = head_dim;
+  cfg.rope_theta = theta;
+  cfg.max_position_embeddings = original;
+  cfg.rope_scaling.rope_type = type;
+  cfg.rope_scaling.factor = type == "default" ? 1.0 : factor;
+  cfg.rope_scaling.original_max_position_embeddings = original;
+  return cfg;
+}
+
+// YaRN's correction dimension: the (fractional) pair index whose wavelength fits `rotations`
+// times into L, d ln(L / (2 pi rotations)) / (2 ln b) (the paper's eq. 17 / Hugging Face).
+double correction_dim(double rotations, int d, double base, double length) {
+  return d * std::log(length / (rotations * 2 * kPi)) / (2 * std::log(base));
+}
+
+// ------------------------------------------------------------------------------ the outputs
+
+// The chapter's functions on one backend: RoPE on q, ALiBi's bias, attention with RoPE (causal)
+// and attention with ALiBi (causal).
+struct Outputs {
+  Tensor3 rope_q, alibi, attention_rope, attention_alibi;
+};
+
+struct Inputs {
+  Tensor3 q, k, v;
+  RopeFrequencies freqs;
+  RopeLayout layout;
+  long long first_position;
+};
+
+Outputs run_backend(const std::string& b, const Inputs& in) {
+  const auto heads = static_cast<int>(in.q.shape()[0]);
+  const auto seq = static_cast<long long>(in.q.shape()[1]);
+  AttentionConfig with_rope, with_alibi;
+  with_rope.causal = with_alibi.causal = true;
+  with_rope.rope = AttentionRope{in.freqs, in.layout, in.first_position};
+  with_alibi.alibi_slopes = ref::alibi_slopes(heads);
+  if (b == "ref")
+    return {ref::apply_rope(in.q, in.freqs, in.layout, in.first_position),
+            ref::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
+            ref::scaled_dot_product_attention(in.q, in.k, in.v, with_rope),
+            ref::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
+  if (b == "opt")
+    return {opt::apply_rope(in.q, in.freqs, in.layout, in.first_position),
+            opt::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
+            opt::scaled_dot_product_attention(in.q, in.k, in.v, with_rope),
+            opt::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
+  // CUDA has no ALiBi bias kernel of its own (the attention kernel adds the bias itself).
+  return {cuda::apply_rope(in.q, in.freqs, in.layout, in.first_position),
+          opt::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
+          cuda::scaled_dot_product_attention(in.q, in.k, in.v, with_rope),
+          cuda::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
+}
+
+Inputs make_inputs(std::uint64_t seed, int heads, int seq, int head_dim, const RopeFrequencies& freqs,
+                   RopeLayout layout, long long first_position) {
+  Rng rng(seed);
+  const auto h = static_cast<std::size_t>(heads), n = static_cast<std::size_t>(seq), d = static_cast<std::size_t>(head_dim);
+  Inputs in;
+  in.q = rng.normal_tensor(h, n, d);
+  in.k = rng.normal_tensor(h, n, d);
+  in.v = rng.normal_tensor(h, n, d);
+  in.freqs = freqs;
+  in.layout = layout;
+  in.first_position = first_position;
+  return in;
+}
+
+// Agreement threshold for attention (as in the tests): a score is a length-d dot product of
+// size about sqrt(d) after the 1/sqrt(d) scale, the output a length-seq reduction:
+// 10 eps sqrt(K) (2 sqrt(d) + 1) max|v|, K = max(d, seq). RoPE and ALiBi are elementwise: a few ulp.
+double attention_tolerance(const Inputs& in) {
+  const auto d = static_cast<double>(in.q.shape()[2]);
+  const double k = std::max(d, static_cast<double>(in.k.shape()[1]));
+  return 10 * 1.2e-7 * std::sqrt(k) * (2 * std::sqrt(d) + 1) * static_cast<double>(xt::amax(xt::abs(in.v))());
+}
+
+std::vector<Agreement> compare_outputs(const std::string& backend, const std::string& example, const Outputs& o,
+                                       const Outputs& r, const Inputs& in) {
+  const double elementwise = 4e-7 * static_cast<double>(xt::amax(xt::abs(in.q))()) + 1e-6;
+  const double attention = attention_tolerance(in);
+  return {{"apply_rope", backend, example, max_abs_difference(o.rope_q, r.rope_q), elementwise},
+          {"alibi_bias", backend, example, max_abs_difference(o.alibi, r.alibi), 1e-6 * static_cast<double>(in.q.shape()[1])},
+          {"attention + RoPE", backend, example, max_abs_difference(o.attention_rope, r.attention_rope), attention},
+          {"attention + ALiBi", backend, example, max_abs_difference(o.attention_alibi, r.attention_alibi), attention}};
+}
+
+// ------------------------------------------------------------------------------ the documents
+
+DocumentCheck statement(std::string source, std::string quantity, std::string says, std::string computed, bool agrees) {
+  return {std::move(source), std::move(quantity), std::move(says), std::move(computed), agrees};
+}
+
+std::vector<DocumentCheck> document_checks() {
+  std::vector<DocumentCheck> c;
+  const RopeFrequencies plain = ref::rope_frequencies(rope_config(128, 1e4, "default", 1, 4096));
+  c.push_back(statement("000 L319", "sinusoidal encoding: the frequency of pair i", "10000^(2i/d)",
+                        "omega_i = 10000^(-2i/d); 10000^(2i/d) is the wavelength / 2 pi (the divisor)", false));
+  c.push_back(check_number("000 L321", "RoPE theta_1 = 10000^(-2/d), d = 128", "10000^(-2i/d)", std::pow(1e4, -2.0 / 128),
+                           1e-7, plain.inv_freq(1), fixed(plain.inv_freq(1), 7)));
+  const double ntk = ref::ntk_aware_base(1e4, 4, 128);
+  c.push_back(check_number("000 L327", "NTK-aware base beta alpha^(d/(d-2)), d = 128, alpha = 4", "formula", ntk, 1e-6,
+                           1e4 * std::pow(4.0, 128.0 / 126.0), fixed(ntk, 3)));
+  const RopeFrequencies ntk_freqs = ref::rope_frequencies(rope_config(128, ntk, "default", 1, 4096));
+  const double lowest_ratio = plain.inv_freq(63) / ntk_freqs.inv_freq(63);
+  c.push_back(statement("000 L329", "NTK-aware: which frequencies move",
+                        "all frequencies lowered; alpha^(d/(d-2)) keeps the high frequencies in range",
+                        "theta_0 = 1 for any base (unchanged); the lowest is divided by exactly alpha (" +
+                            fixed(lowest_ratio, 6) + ")",
+                        false));
+  c.push_back(statement("000 L335", "which method scales every frequency alike (\"one cut for all\")", "NTK-aware",
+                        "PI (linear): theta_i / s for every i; NTK-aware scales pair i by alpha^(-2i/(d-2)), 1 to 1/alpha",
+                        false));
+  const RopeConfig yarn_cfg = rope_config(128, 1e4, "yarn", 4, 4096);
+  const RopeFrequencies yarn = ref::rope_frequencies(yarn_cfg);
+  c.push_back(statement("000 L339", "YaRN low band (r < alpha): the frequency", "keeps theta",
+                        "theta / s: pair 63 has theta'/theta = " + fixed(yarn.inv_freq(63) / plain.inv_freq(63), 4) +
+                            " (s = 4)",
+                        false));
+  c.push_back(statement("000 L340", "YaRN high band (r > beta): the frequency", "keeps theta",
+                        "theta: pair 0 has theta'/theta = " + fixed(yarn.inv_freq(0) / plain.inv_freq(0), 4), true));
+  const double low = std::floor(correction_dim(32, 128, 1e4, 4096)), high = std::ceil(correction_dim(1, 128, 1e4, 4096));
+  c.push_back(statement("000 L343", "YaRN alpha = 1, beta = 32 (beta_slow, beta_fast)", "alpha = 1, beta = 32",
+                        "the ramp runs over pairs " + fixed(low, 0) + " .. " + fixed(high, 0) +
+                            " for d = 128, b = 1e4, L = 4096",
+                        true));
+  const double mscale = 0.1 * std::log(4.0) + 1;
+  c.push_back(statement("000 L345", "YaRN temperature", "t = sqrt(alpha_t / s + 1)",
+                        "sqrt(1/t) = 0.1 ln s + 1 = " + fixed(mscale, 7) + " at s = 4; logits times " +
+                            fixed(mscale * mscale, 4),
+                        false));
+  c.push_back(statement("000 L347", "effect of YaRN's temperature", "temperature rises, attention smoother",
+                        "t = 1 / (0.1 ln s + 1)^2 < 1: logits grow, attention sharper", false));
+  const DTensor1 slopes8 = ref::alibi_slopes(8);
+  c.push_back(statement("000 L355", "ALiBi slope m", "learnable, per head",
+                        "fixed, 2^(-8h/n): " + fixed(slopes8(0), 4) + " .. " + fixed(slopes8(7), 6) + " for 8 heads",
+                        false));
+  // Exercise 1: (R_m q) . (R_n k) = q . R_{n-m} k, checked in double over many (m, n).
+  double worst = 0.0;
+  Rng rng(11);
+  const Tensor3 q = rng.normal_tensor(1, 1, 64), k = rng.normal_tensor(1, 1, 64);
+  const RopeFrequencies f = ref::rope_frequencies(rope_config(64, 1e4, "default", 1, 4096));
+  for (long long m : {0LL, 5LL, 100LL, 3000LL})
+    for (long long n : {0LL, 7LL, 100LL, 4000LL}) {
+      if (n < m) continue;
+      const Tensor3 a = ref::apply_rope(q, f, RopeLayout::interleaved, m), b = ref::apply_rope(k, f, RopeLayout::interleaved, n);
+      const Tensor3 kd = ref::apply_rope(k, f, RopeLayout::interleaved, n - m);
+      double lhs = 0, rhs = 0;
+      for (std::size_t i = 0; i < 64; ++i) {
+        lhs += static_cast<double>(a(0, 0, i)) * b(0, 0, i);
+        rhs += static_cast<double>(q(0, 0, i)) * kd(0, 0, i);
+      }
+      worst = std::max(worst, std::fabs(lhs - rhs));
+    }
+  c.push_back(statement("000 L414", "exercise 1: (R_m q) . (R_n k) = q . R_{n-m} k", "holds",
+                        "max |lhs - rhs| = " + sci(worst, 2) + " over 10 (m, n), d = 64 (float rotations)", worst < 1e-4));
+  c.push_back(statement("003 4.2", "learned positions beyond the trained length (512 -> 1024)", "random, untrained values",
+                        "no row exists: the lookup fails (see 'Learned vs sinusoidal' below)", false));
+  return c;
+}
+
+// ------------------------------------------------------------------------------------ agreement
+
+std::vector<Agreement> agreements(bool include_cuda) {
+  std::vector<Agreement> out;
+  std::vector<std::string> backends = {"opt"};
+  if (include_cuda && cuda_usable()) backends.push_back("cuda");
+  struct Example {
+    int heads, seq, head_dim;
+    std::string type, layout;
+    long long first;
+  };
+  for (const Example& e : {Example{2, 6, 8, "default", "interleaved", 0}, Example{8, 128, 64, "yarn", "half_split", 0},
+                           Example{4, 100, 128, "linear", "half_split", 5000}}) {
+    const RopeFrequencies freqs = ref::rope_frequencies(rope_config(e.head_dim, 1e4, e.type, 4, 4096));
+    const Inputs in = make_inputs(3, e.heads, e.seq, e.head_dim, freqs,
+                                  e.layout == "interleaved" ? RopeLayout::interleaved : RopeLayout::half_split, e.first);
+    const Outputs r = run_backend("ref", in);
+    const std::string example = std::to_string(e.heads) + " x " + std::to_string(e.seq) + " x " +
+                                std::to_string(e.head_dim) + ", " + e.type + ", " + e.layout +
+                                (e.first ? ", from " + std::to_string(e.first) : "");
+    for (const auto& b : backends) {
+      const auto rows = compare_outputs(b, example, run_backend(b, in), r, in);
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- --markdown
+
+std::string frequency_table(int d, double base, long long L, double s) {
+  const auto methods = analysis::extension_methods(d, base, L, s);
+  const DTensor1& theta = methods.front().freqs.inv_freq;
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i : {0UL, 8UL, 16UL, 20UL, 24UL, 28UL, 32UL, 36UL, 40UL, 44UL, 46UL, 48UL, 56UL, 63UL}) {
+    const double wavelength = 2 * kPi / theta(i);
+    std::vector<std::string> row = {std::to_string(i), sci(theta(i), 4), sci(wavelength, 4),
+                                    fixed(static_cast<double>(L) / wavelength, 3)};
+    for (std::size_t m = 1; m < methods.size(); ++m) row.push_back(fixed(methods[m].freqs.inv_freq(i) / theta(i), 4));
+    rows.push_back(row);
+  }
+  std::vector<std::string> header = {"pair i", "theta_i", "wavelength 2 pi / theta_i", "r = L / wavelength"};
+  for (std::size_t m = 1; m < methods.size(); ++m) header.push_back(methods[m].name + ": theta'/theta");
+  return markdown_table(header, rows);
+}
+
+std::string yarn_configurations_table() {
+  std::vector<std::vector<std::string>> rows;
+  for (double base : {1e4, 5e5})
+    for (long long L : {4096LL, 8192LL})
+      for (double s : {4.0, 8.0, 16.0}) {
+        const RopeConfig cfg = rope_config(128, base, "yarn", s, L);
+        const RopeFrequencies f = ref::rope_frequencies(cfg);
+        const double low = std::floor(correction_dim(32, 128, base, static_cast<double>(L)));
+        const double high = std::ceil(correction_dim(1, 128, base, static_cast<double>(L)));
+        int kept = 0, interpolated = 0;
+        for (std::size_t i = 0; i < 64; ++i) {
+          const double theta = std::pow(base, -2.0 * static_cast<double>(i) / 128);
+          kept += f.inv_freq(i) == theta ? 1 : 0;
+          interpolated += std::fabs(f.inv_freq(i) - theta / s) <= 1e-15 * theta ? 1 : 0;
+        }
+        rows.push_back({sci(base, 1), std::to_string(L), fixed(s, 0), fixed(low, 0) + " .. " + fixed(high, 0),
+                        std::to_string(kept), std::to_string(64 - kept - interpolated), std::to_string(interpolated),
+                        fixed(f.attention_factor, 7), fixed(f.attention_factor * f.attention_factor, 4)});
+      }
+  return markdown_table({"base", "original L", "factor s", "ramp (pairs)", "kept theta", "blended", "theta / s",
+                         "attention factor", "logit factor"},
+                        rows);
+}
+
+std::string extrapolation_table(double s) {
+  const auto rows = analysis::rope_extrapolation(128, 1e4, 4096, s, 16, 7);
+  std::vector<std::vector<std::string>> table;
+  for (const auto& r : rows)
+    table.push_back({r.method, std::to_string(r.unseen_angle_pairs), fixed(100 * r.outside_range, 3) + "%",
+                     fixed(100 * r.self_below_minimum, 3) + "%", fixed(r.short_range_change, 4),
+                     fixed(r.neighbour_resolution, 4)});
+  return markdown_table({"method", "pairs with unseen angles", "scores beyond L outside the trained range",
+                         "self-match scores below the trained minimum", "short-range change (distance < 64)",
+                         "theta'_0 / theta_0"},
+                        table);
+}
+
+std::string learned_vs_sinusoidal() {
+  std::ostringstream md;
+  Rng rng(9);
+  const Tensor2 table = rng.normal_matrix(512, 64, 0, 0.02);  // as if learned for 512 positions
+  md << "A learned table with 512 rows (d_model 64), asked for positions 1000 .. 1023:\n\n```\n";
+  try {
+    ref::learned_position_embedding(table, 1000, 24);
+  } catch (const Error& e) {
+    md << e.what() << "\n";
+  }
+  md << "```\n\nThe sinusoidal encoding is a formula of the position, so any position has one, and the dot "
+        "product of two encodings depends only on their distance k (d_model 64):\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (long long p : {0LL, 511LL, 1000LL, 100000LL}) {
+    std::vector<std::string> row = {std::to_string(p)};
+    for (long long k : {1LL, 16LL, 256LL}) {
+      const Tensor2 a = ref::sinusoidal_position_encoding(1, 64, 1e4, p), b = ref::sinusoidal_position_encoding(1, 64, 1e4, p + k);
+      double dot = 0;
+      for (std::size_t c = 0; c < 64; ++c) dot += static_cast<double>(a(0, c)) * b(0, c);
+      row.push_back(fixed(dot, 4));
+    }
+    rows.push_back(row);
+  }
+  md << markdown_table({"position p", "PE(p) . PE(p+1)", "PE(p) . PE(p+16)", "PE(p) . PE(p+256)"}, rows);
+  return md.str();
+}
+
+std::string markdown(const GlobalOptions&) {
+  std::ostringstream md;
+  md << results_header("02_position_encoding", "Chapter 02, position encoding and context extrapolation");
+  md << "## The documents' numbers and statements\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## What each method does to each frequency pair\n\n"
+        "head_dim 128, base 10000, original length L = 4096, factor s = 4 (dynamic NTK evaluated at length sL). "
+        "theta'/theta = 1 keeps the pre-training frequency, 0.25 = 1/s interpolates it.\n\n"
+     << frequency_table(128, 1e4, 4096, 4) << '\n';
+  md << "## YaRN for realistic configurations (head_dim 128, beta_fast 32, beta_slow 1)\n\n"
+        "The ramp is measured in the original length L. Attention factor = 0.1 ln s + 1 multiplies cos and sin, "
+        "so the logits grow by its square.\n\n"
+     << yarn_configurations_table() << '\n';
+  md << "## DeepSeek's variant: the temperature in the softmax scale\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [name, m] : {std::pair<std::string, double>{"DeepSeek-V3 (mscale = mscale_all_dim = 1)", 1.0},
+                                {"DeepSeek-V2 (mscale = mscale_all_dim = 0.707)", 0.707}}) {
+    RopeScaling sc;
+    sc.rope_type = "yarn";
+    sc.factor = 40;
+    sc.mscale = m;
+    sc.mscale_all_dim = m;
+    RopeConfig cfg = rope_config(64, 1e4, "yarn", 40, 4096);
+    cfg.rope_scaling = sc;
+    cfg.rope_scaling.original_max_position_embeddings = 4096;
+    rows.push_back({name, fixed(ref::rope_frequencies(cfg).attention_factor, 4),
+                    fixed(ref::deepseek_softmax_scale_factor(sc), 7)});
+  }
+  md << markdown_table({"model (factor 40)", "cos/sin factor", "softmax scale multiplier"}, rows) << '\n';
+  md << "## ALiBi slopes\n\n";
+  rows.clear();
+  for (int n : {8, 12, 16}) {
+    const DTensor1 m = ref::alibi_slopes(n);
+    std::string list;
+    for (std::size_t h = 0; h < m.size(); ++h) list += (h ? ", " : "") + sci(m(h), 4);
+    rows.push_back({std::to_string(n), list});
+  }
+  md << markdown_table({"heads", "slopes m_1 .. m_n"}, rows) << '\n';
+  md << "## The extrapolation experiment (random q and k, no trained model)\n\n"
+        "head_dim 128, base 10000, L = 4096, s = 4, 16 random (q, k) pairs with N(0, 1) entries, seed 7. "
+        "Scores are q . R k / sqrt(d) with cos/sin not multiplied by YaRN's attention factor.\n\n"
+     << extrapolation_table(4) << '\n';
+  md << "## Learned vs sinusoidal absolute positions\n\n" << learned_vs_sinusoidal() << '\n';
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
+  return md.str();
+}
+
+// ------------------------------------------------------------------------------------- --step
+
+void step_through(const Options& o, const Inputs& in) {
+  std::ostream& out = std::cout;
+  const std::size_t d = in.q.shape()[2], pairs = d / 2, seq = in.q.shape()[1];
+  const bool interleaved = in.layout == RopeLayout::interleaved;
+  out << "RoPE and ALiBi, head 0 (seq " << seq << ", head_dim " << d << ", base " << o.theta << ", "
+      << (interleaved ? "pairs (2i, 2i+1)" : "pairs (i, i + d/2)") << ")\n";
+  print_step(out, 1, "frequencies theta_i = base^(-2i/d) (" + o.rope_type + ") and wavelengths 2 pi / theta_i");
+  DTensor2 freq = DTensor2::from_shape({2, pairs});
+  for (std::size_t i = 0; i < pairs; ++i) {
+    freq(0, i) = in.freqs.inv_freq(i);
+    freq(1, i) = 2 * kPi / in.freqs.inv_freq(i);
+  }
+  print_matrix(out, "theta_i; wavelength", freq);
+  if (in.freqs.attention_factor != 1.0) out << "  attention factor a_f = " << fixed(in.freqs.attention_factor, 6) << "\n";
+
+  print_step(out, 2, "angles m theta_i for each position m (rows) and pair i (columns)");
+  DTensor2 angles = DTensor2::from_shape({seq, pairs});
+  for (std::size_t m = 0; m < seq; ++m)
+    for (std::size_t i = 0; i < pairs; ++i)
+      angles(m, i) = static_cast<double>(in.first_position + static_cast<long long>(m)) * in.freqs.inv_freq(i);
+  print_matrix(out, "m theta_i", angles);
+
+  const Tensor3 q0 = xt::view(in.q, xt::range(0, 1), xt::all(), xt::all());
+  print_step(out, 3, "q (head 0), then each pair rotated: (a, b) -> (a cos - b sin, a sin + b cos)");
+  print_matrix(out, "q", Tensor2(xt::view(q0, 0, xt::all(), xt::all())));
+  const Tensor3 q_rot = ref::apply_rope(q0, in.freqs, in.layout, in.first_position);
+  print_matrix(out, "R_m q", Tensor2(xt::view(q_rot, 0, xt::all(), xt::all())));
+  DTensor2 norms = DTensor2::from_shape({2, seq});
+  for (std::size_t m = 0; m < seq; ++m) {
+    double a = 0, b = 0;
+    for (std::size_t c = 0; c < d; ++c) {
+      a += static_cast<double>(q0(0, m, c)) * q0(0, m, c);
+      b += static_cast<double>(q_rot(0, m, c)) * q_rot(0, m, c);
+    }
+    norms(0, m) = std::sqrt(a);
+    norms(1, m) = std::sqrt(b);
+  }
+  print_matrix(out, "|q_m|; |R_m q_m| (a rotation keeps lengths, times a_f)", norms);
+
+  print_step(out, 4, "the same q and k at every position: RoPE scores depend only on n - m (constant diagonals)");
+  Tensor3 same_q = Tensor3::from_shape({1, seq, d}), same_k = same_q;
+  for (std::size_t m = 0; m < seq; ++m)
+    for (std::size_t c = 0; c < d; ++c) {
+      same_q(0, m, c) = in.q(0, 0, c);
+      same_k(0, m, c) = in.k(0, 0, c);
+    }
+  const Tensor3 rq = ref::apply_rope(same_q, in.freqs, in.layout, in.first_position);
+  const Tensor3 rk = ref::apply_rope(same_k, in.freqs, in.layout, in.first_position);
+  DTensor2 scores = DTensor2::from_shape({seq, seq});
+  for (std::size_t m = 0; m < seq; ++m)
+    for (std::size_t n = 0; n < seq; ++n) {
+      double s = 0;
+      for (std::size_t c = 0; c < d; ++c) s += static_cast<double>(rq(0, m, c)) * rk(0, n, c);
+      scores(m, n) = s / std::sqrt(static_cast<double>(d));
+    }
+  print_matrix(out, "(R_m q) . (R_n k) / sqrt(d)", scores);
+
+  const DTensor1 slopes = ref::alibi_slopes(static_cast<int>(in.q.shape()[0]));
+  print_step(out, 5, "ALiBi: head slopes m_h = 2^(-8h/n) and head 0's causal bias -m_0 (i - j)");
+  print_matrix(out, "m_h", DTensor2(xt::reshape_view(slopes, {std::size_t{1}, slopes.size()})));
+  const Tensor3 bias = ref::alibi_bias(static_cast<int>(in.q.shape()[0]), static_cast<long long>(seq),
+                                       static_cast<long long>(seq), ref::AlibiMode::causal);
+  print_matrix(out, "B_0", Tensor2(xt::view(bias, 0, xt::all(), xt::all())));
+
+  print_step(out, 6, "causal attention of head 0 with RoPE and with ALiBi (outputs)");
+  const Outputs r = run_backend("ref", in);
+  print_matrix(out, "Attention + RoPE", Tensor2(xt::view(r.attention_rope, 0, xt::all(), xt::all())));
+  print_matrix(out, "Attention + ALiBi", Tensor2(xt::view(r.attention_alibi, 0, xt::all(), xt::all())));
+
+  print_step(out, 7, "YaRN per pair for head_dim " + std::to_string(d) + ", factor " + fixed(o.factor, 2) +
+                         ", original length " + std::to_string(o.original_length));
+  const RopeFrequencies plain = ref::rope_frequencies(rope_config(o.head_dim, o.theta, "default", 1, o.original_length));
+  const RopeFrequencies yarn = ref::rope_frequencies(rope_config(o.head_dim, o.theta, "yarn", o.factor, o.original_length));
+  DTensor2 table = DTensor2::from_shape({2, pairs});
+  for (std::size_t i = 0; i < pairs; ++i) {
+    table(0, i) = static_cast<double>(o.original_length) * plain.inv_freq(i) / (2 * kPi);
+    table(1, i) = yarn.inv_freq(i) / plain.inv_freq(i);
+  }
+  print_matrix(out, "r_i = L / wavelength; theta'/theta", table);
+  out << "  r > 32: kept (theta'/theta = 1); r < 1: interpolated (1/s); between: the ramp. Attention factor "
+      << fixed(yarn.attention_factor, 6) << "\n";
+}
+
+// ---------------------------------------------------------------------------------------- figures
+
+// theta'_i / theta_i per pair for every extension method (log scale): YaRN's three regions.
+std::string scaling_figure(double factor) {
+  const auto methods = analysis::extension_methods(128, 1e4, 4096, factor);
+  const char* colors[] = {"#888888", "#1f5fa8", "#c0392b", "#e67e22", "#27ae60"};
+  const char* short_names[] = {"none", "PI", "NTK-aware", "dynamic NTK", "YaRN"};
+  std::vector<Series> series;
+  for (std::size_t m = 1; m < methods.size(); ++m) {
+    std::vector<double> y;
+    for (std::size_t i = 0; i < 64; ++i) y.push_back(methods[m].freqs.inv_freq(i) / methods[0].freqs.inv_freq(i));
+    series.push_back({short_names[m], y, colors[m], m == 3});
+  }
+  return svg_line_plot(series, "theta'/theta per pair (d 128, base 1e4, L 4096, s " + fixed(factor, 0) + ")",
+                       "pair index i (high frequency -> low)", "theta' / theta (log scale)", true);
+}
+
+// Logit of a key equal to the query, relative to distance 0, for RoPE (q = k = ones, d = 128:
+// sqrt(d) (mean_i cos(Delta theta_i) - 1)) and ALiBi's -m_h Delta for three of 8 heads.
+std::string decay_figure() {
+  const RopeFrequencies f = ref::rope_frequencies(rope_config(128, 1e4, "default", 1, 4096));
+  const DTensor1 m = ref::alibi_slopes(8);
+  std::vector<double> rope, alibi3, alibi5, alibi8;
+  for (int delta = 0; delta < 256; ++delta) {
+    double mean_cos = 0;
+    for (std::size_t i = 0; i < 64; ++i) mean_cos += std::cos(delta * f.inv_freq(i)) / 64;
+    rope.push_back(std::sqrt(128.0) * (mean_cos - 1));
+    alibi3.push_back(-m(2) * delta);
+    alibi5.push_back(-m(4) * delta);
+    alibi8.push_back(-m(7) * delta);
+  }
+  return svg_line_plot({{"RoPE, q = k", rope, "#1f5fa8", false},
+                        {"ALiBi m = 1/8", alibi3, "#c0392b", true},
+                        {"ALiBi m = 1/32", alibi5, "#e67e22", true},
+                        {"ALiBi m = 1/256", alibi8, "#27ae60", true}},
+                       "logit change with distance: RoPE vs ALiBi", "distance i - j", "logit minus logit at distance 0",
+                       false);
+}
+
+// ---------------------------------------------------------------------------------------- run
+
+RopeLayout parse_layout(const std::string& s) {
+  require(s == "interleaved" || s == "half_split", "02_position_encoding", "--layout ('", s,
+          "') must be interleaved or half_split");
+  return s == "interleaved" ? RopeLayout::interleaved : RopeLayout::half_split;
+}
+
+int run(const Options& o, const GlobalOptions& g) {
+  if (o.markdown || g.format == "markdown") {
+    std::cout << markdown(g);
+    return 0;
+  }
+  const char* fn = "02_position_encoding";
+  require_positive(fn, "--seq", o.seq);
+  require_positive(fn, "--heads", o.heads);
+  require(o.head_dim > 0 && o.head_dim % 2 == 0, fn, "--head-dim (", o.head_dim, ") must be positive and even");
+  require(o.first_position >= 0, fn, "--first-position (", o.first_position, ") must be >= 0");
+  if (!o.svg.empty()) {
+    require(o.figure == "scaling" || o.figure == "decay", fn, "--figure ('", o.figure, "') must be scaling or decay");
+    require(std::isfinite(o.factor) && o.factor > 1, fn, "--factor (", o.factor, ") must be > 1 for the figure");
+    write_svg(o.svg, o.figure == "scaling" ? scaling_figure(o.factor) : decay_figure());
+    std::cout << "wrote " << o.svg << "\n";
+    return 0;
+  }
+  const RopeLayout layout = parse_layout(o.layout);
+  RopeConfig cfg = rope_config(o.head_dim, o.theta, o.rope_type, o.factor, o.original_length);
+  validate_rope_config(fn, cfg);  // names the field: --rope-type, --factor, --theta map onto it
+  const RopeFrequencies freqs = ref::rope_frequencies(cfg, o.first_position + o.seq);
+  const Inputs in = make_inputs(g.seed, o.heads, o.seq, o.head_dim, freqs, layout, o.first_position);
+  // The reference first: it validates everything, so --step never prints an invalid case.
+  const Outputs reference = run_backend("ref", in);
+  if (o.step) step_through(o, in);
+  if (!o.dump.empty()) {
+    dump_npy(o.dump, "q", in.q);
+    dump_npy(o.dump, "k", in.k);
+    dump_npy(o.dump, "v", in.v);
+    Tensor1 inv_freq = xt::cast<float>(freqs.inv_freq);
+    dump_npy(o.dump, "inv_freq", inv_freq);
+  }
+  nlohmann::json results = nlohmann::json::array();
+  bool ok = true;
+  for (const auto& b : selected_backends(o.backend)) {
+    nlohmann::json entry = {{"backend", b}};
+    if (b == "cuda" && !cuda_usable()) {
+      entry["skipped"] = cuda::device_description();
+      results.push_back(entry);
+      continue;
+    }
+    const Outputs out = run_backend(b, in);
+    for (const Agreement& a : compare_outputs(b, "", out, reference, in)) {
+      entry[a.function] = a.max_abs_error;
+      ok = ok && a.ok();
+    }
+    if (!o.dump.empty()) {
+      dump_npy(o.dump, "apply_rope_" + b, out.rope_q);
+      dump_npy(o.dump, "alibi_bias_" + b, out.alibi);
+      dump_npy(o.dump, "attention_rope_" + b, out.attention_rope);
+      dump_npy(o.dump, "attention_alibi_" + b, out.attention_alibi);
+    }
+    results.push_back(entry);
+  }
+  if (o.json || g.format == "json") {
+    nlohmann::json doc = {{"chapter", fn},          {"seed", g.seed},         {"heads", o.heads},
+                          {"seq", o.seq},           {"head_dim", o.head_dim}, {"rope_type", o.rope_type},
+                          {"factor", cfg.rope_scaling.factor}, {"layout", o.layout},
+                          {"attention_factor", freqs.attention_factor}, {"max_abs_error_vs_ref", results}};
+    std::cout << doc.dump(2) << "\n";
+    return ok ? 0 : 1;
+  }
+  std::cout << "\nRoPE (" << o.rope_type << ", " << o.layout << "), ALiBi and attention with each: heads " << o.heads
+            << ", seq " << o.seq << ", head_dim " << o.head_dim << ", seed " << g.seed << " (max |out - ref|)\n";
+  for (const auto& r : results) {
+    std::cout << "  " << r["backend"].get<std::string>() << ":";
+    if (r.contains("skipped")) {
+      std::cout << " skipped (" << r["skipped"].get<std::string>() << ")\n";
+      continue;
+    }
+    for (const char* f : {"apply_rope", "alibi_bias", "attention + RoPE", "attention + ALiBi"})
+      std::cout << "  " << f << " " << sci(r[f].get<double>(), 2);
+    std::cout << "\n";
+  }
+  if (!o.dump.empty()) std::cout << "wrote q.npy, k.npy, v.npy, inv_freq.npy and the outputs to " << o.dump << "/\n";
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Chapter chapter_02() {
+  Chapter c;
+  c.name = "02_position_encoding";
+  c.alias = "rope";
+  c.summary = "sinusoidal and learned positions, RoPE, PI / NTK / dynamic NTK / YaRN, ALiBi, extrapolation";
+  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = add_chapter_command(
+        root, "02_position_encoding", "rope", "Chapter 02: position encoding and context extrapolation", *o,
+        "print the frequencies, angles, rotated q, RoPE's relative scores, ALiBi's bias and YaRN's per-pair table",
+        "write q.npy, k.npy, v.npy, inv_freq.npy and <function>_<backend>.npy to DIR",
+        [o, &global] { return run(*o, global); });
+    sub->add_option("--seq", o->seq, "number of positions")->capture_default_str();
+    sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();
+    sub->add_option("--head-dim", o->head_dim, "head dimension d (even)")->capture_default_str();
+    sub->add_option("--theta", o->theta, "RoPE base (rope_theta)")->capture_default_str();
+    sub->add_option("--layout", o->layout, "interleaved (pairs 2i, 2i+1) or half_split (pairs i, i + d/2)")
+        ->capture_default_str();
+    sub->add_option("--rope-type", o->rope_type, "default | linear | dynamic | yarn")->capture_default_str();
+    sub->add_option("--factor", o->factor, "context extension factor s")->capture_default_str();
+    sub->add_option("--original-length", o->original_length, "pre-training length L")->capture_default_str();
+    sub->add_option("--first-position", o->first_position, "position of the first token")->capture_default_str();
+    sub->add_option("--svg", o->svg, "draw the figure chosen by --figure into FILE");
+    sub->add_option("--figure", o->figure,
+                    "scaling: theta'/theta per pair for each method (uses --factor); decay: logit vs distance, "
+                    "RoPE vs ALiBi")
+        ->capture_default_str();
+  };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
+  return c;
+}
+
+}  // namespace tvlab::cli
