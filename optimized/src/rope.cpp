@@ -1,5 +1,6 @@
 #include "tvlab/opt/rope.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "detail/rope_row.hpp"
@@ -34,15 +35,22 @@ RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position
 namespace {
 
 // Rotates every row of x with the cache rows starting at `cache_row0`; inputs already checked.
+// Blocks of 64 positions outside, heads inside: the block's cache rows (64 x d/2 cos and sin,
+// 32 KiB at d = 128) stay in cache while every head's contiguous 64 rows stream through, instead
+// of streaming the whole cache again for each head.
 void rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::size_t cache_row0) {
+  constexpr std::size_t kBlock = 64;
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = d / 2;
-  const auto rows = static_cast<std::ptrdiff_t>(heads * seq);
-#pragma omp parallel for schedule(static) if (rows * static_cast<std::ptrdiff_t>(d) > 65536)
-  for (std::ptrdiff_t r = 0; r < rows; ++r) {
-    const std::size_t t = static_cast<std::size_t>(r) % seq;
-    float* row = x.data() + static_cast<std::size_t>(r) * d;
-    detail::rotate_row(row, row, cache.cos.data() + (cache_row0 + t) * pairs, cache.sin.data() + (cache_row0 + t) * pairs,
-                       pairs, layout);
+  const auto blocks = static_cast<std::ptrdiff_t>((seq + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (x.size() > 65536)
+  for (std::ptrdiff_t b = 0; b < blocks; ++b) {
+    const std::size_t first = static_cast<std::size_t>(b) * kBlock, last = std::min(seq, first + kBlock);
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t t = first; t < last; ++t) {
+        float* xr = x.data() + (h * seq + t) * d;
+        const std::size_t row = (cache_row0 + t) * pairs;
+        detail::rotate_row(xr, xr, cache.cos.data() + row, cache.sin.data() + row, pairs, layout);
+      }
   }
 }
 
