@@ -1,0 +1,69 @@
+// Chapter 02 exercises: worked solutions. Each marked region is what a student writes;
+// scripts/make_student.py turns this file into student.cpp with the regions replaced by
+// NotImplemented stubs. Edit this file, then regenerate (`make student-stubs`).
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tvlab/core/error.hpp"
+#include "tvlab/student/alibi.hpp"
+#include "tvlab/student/rope.hpp"
+
+namespace tvlab::student {
+
+Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
+  // BEGIN EXERCISE 02.1 "RoPE in both layouts" "RoPE: rotating pairs"
+  validate_rope_input("apply_rope", x, freqs, position_offset);
+  const std::size_t heads = x.shape()[0], seq = x.shape()[1], pairs = x.shape()[2] / 2;
+  Tensor3 y = Tensor3::from_shape(x.shape());
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < seq; ++t)
+      for (std::size_t i = 0; i < pairs; ++i) {
+        // Pair (a, b): (2i, 2i+1) interleaved, (i, i + d/2) half split; angle m theta_i in double.
+        const std::size_t a = layout == RopeLayout::interleaved ? 2 * i : i;
+        const std::size_t b = layout == RopeLayout::interleaved ? 2 * i + 1 : i + pairs;
+        const double angle = static_cast<double>(position_offset + static_cast<long long>(t)) * freqs.inv_freq(i);
+        const double c = std::cos(angle) * freqs.attention_factor, s = std::sin(angle) * freqs.attention_factor;
+        const double xa = x(h, t, a), xb = x(h, t, b);
+        y(h, t, a) = static_cast<float>(xa * c - xb * s);
+        y(h, t, b) = static_cast<float>(xa * s + xb * c);
+      }
+  return y;
+  // END EXERCISE
+}
+
+Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mode) {
+  // BEGIN EXERCISE 02.2 "ALiBi slopes and bias" "ALiBi"
+  ref::validate_alibi("alibi_bias", num_heads, seq_q, seq_k, mode);
+  // Slopes: 2^(-8(h+1)/p) for the largest power of two p <= n, then every other slope of the
+  // 2p-head series for the remaining n - p heads.
+  auto series = [](int n) {
+    std::vector<double> m;
+    for (int h = 0; h < n; ++h) m.push_back(std::pow(2.0, -8.0 * (h + 1) / n));
+    return m;
+  };
+  int p = 1;
+  while (2 * p <= num_heads) p *= 2;
+  std::vector<double> slopes = series(p);
+  const std::vector<double> doubled = series(2 * p);
+  for (int k = 0; p + k < num_heads; ++k) slopes.push_back(doubled[static_cast<std::size_t>(2 * k)]);
+
+  const auto heads = static_cast<std::size_t>(num_heads), nq = static_cast<std::size_t>(seq_q),
+             nk = static_cast<std::size_t>(seq_k);
+  Tensor3 bias = Tensor3::from_shape({heads, nq, nk});
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < nq; ++i)
+      for (std::size_t j = 0; j < nk; ++j) {
+        // i' = i + seq_k - seq_q, signed; B = -m_h |i' - j|, or -inf after i' when causal.
+        const double distance = static_cast<double>(i) + static_cast<double>(nk) - static_cast<double>(nq) -
+                                static_cast<double>(j);
+        bias(h, i, j) = mode == AlibiMode::causal && distance < 0
+                            ? -std::numeric_limits<float>::infinity()
+                            : static_cast<float>(0.0 - slopes[h] * std::fabs(distance));
+      }
+  return bias;
+  // END EXERCISE
+}
+
+}  // namespace tvlab::student
