@@ -141,8 +141,8 @@ Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, cons
   auto rotate_head = [&](const float* src, float* dst, std::size_t rows, std::size_t first_cache_row) {
     for (std::size_t t = 0; t < rows; ++t) {
       const std::size_t c = (first_cache_row + t) * cache.pairs;
-      detail::rotate_row(src + t * head_dim, dst + t * head_dim, cache.cos.data() + c, cache.sin.data() + c,
-                         cache.pairs, cfg.rope->layout);
+      (void)detail::rotate_row(src + t * head_dim, dst + t * head_dim, cache.cos.data() + c, cache.sin.data() + c,
+                               cache.pairs, cfg.rope->layout);  // inputs already checked
     }
   };
 

@@ -34,24 +34,27 @@ RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position
 
 namespace {
 
-// Rotates every row of x with the cache rows starting at `cache_row0`; inputs already checked.
+// Rotates every row of x with the cache rows starting at `cache_row0`; shapes already checked.
 // Blocks of 64 positions outside, heads inside: the block's cache rows (64 x d/2 cos and sin,
 // 32 KiB at d = 128) stay in cache while every head's contiguous 64 rows stream through, instead
-// of streaming the whole cache again for each head.
-void rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::size_t cache_row0) {
+// of streaming the whole cache again for each head. Returns whether every input was finite
+// (checked in the same pass, see rotate_row).
+bool rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::size_t cache_row0) {
   constexpr std::size_t kBlock = 64;
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = d / 2;
   const auto blocks = static_cast<std::ptrdiff_t>((seq + kBlock - 1) / kBlock);
-#pragma omp parallel for schedule(static) if (x.size() > 65536)
+  float probe = 0.0f;
+#pragma omp parallel for schedule(static) reduction(+ : probe) if (x.size() > 65536)
   for (std::ptrdiff_t b = 0; b < blocks; ++b) {
     const std::size_t first = static_cast<std::size_t>(b) * kBlock, last = std::min(seq, first + kBlock);
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t t = first; t < last; ++t) {
         float* xr = x.data() + (h * seq + t) * d;
         const std::size_t row = (cache_row0 + t) * pairs;
-        detail::rotate_row(xr, xr, cache.cos.data() + row, cache.sin.data() + row, pairs, layout);
+        probe += detail::rotate_row(xr, xr, cache.cos.data() + row, cache.sin.data() + row, pairs, layout);
       }
   }
+  return probe == 0.0f;
 }
 
 }  // namespace
@@ -68,15 +71,17 @@ void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, l
           fn, "positions [", position_offset, ", ", position_offset + static_cast<long long>(seq),
           ") are not all in the cache [", cache.first_position, ", ",
           cache.first_position + static_cast<long long>(cache.positions), ")");
-  require_finite(fn, "x", x);
-  rotate_rows(x, cache, layout, static_cast<std::size_t>(position_offset - cache.first_position));
+  // x is checked for inf/NaN while it is rotated; a non-finite input stays non-finite in the
+  // output, where require_finite then reports it (after the pass).
+  if (!rotate_rows(x, cache, layout, static_cast<std::size_t>(position_offset - cache.first_position)))
+    require_finite(fn, "x", x);
 }
 
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
-  validate_rope_input("apply_rope", x, freqs, position_offset);
+  validate_rope_input("apply_rope", x, freqs, position_offset, /*check_x_values=*/false);
   const RopeCache cache = make_rope_cache(freqs, position_offset, static_cast<long long>(x.shape()[1]));
   Tensor3 y = x;
-  rotate_rows(y, cache, layout, 0);
+  if (!rotate_rows(y, cache, layout, 0)) require_finite("apply_rope", "x", x);  // names the input's index
   return y;
 }
 

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "../common/testing.hpp"
 #include "tvlab/analysis/rope_extrapolation.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/opt/rope.hpp"
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/learned_positions.hpp"
 #include "tvlab/ref/rope.hpp"
@@ -260,6 +263,33 @@ TEST(Ch02Extrapolation, each_method_moves_the_frequencies_the_lesson_says) {
   EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(64, 1e4, 32, 4, 8, 3); }, {"original_length"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(64, 1e4, 4096, 0.5, 8, 3); }, {"factor"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::rope_extrapolation(64, 1e4, 4096, 4, 0, 3); }, {"samples"}));
+}
+
+}  // namespace
+}  // namespace tvlab::ch02
+
+// ------------------------------------------------------------------------ opt's in-place RoPE
+
+namespace tvlab::ch02 {
+namespace {
+
+TEST(Ch02OptRope, in_place_with_a_cache_matches_the_reference_and_checks_x_in_the_same_pass) {
+  RopeConfig cfg;
+  cfg.head_dim = 16;
+  const RopeFrequencies f = ref::rope_frequencies(cfg);
+  Rng rng(4);
+  const Tensor3 x = rng.normal_tensor(3, 10, 16);
+  const opt::RopeCache cache = opt::make_rope_cache(f, 5, 20);  // positions 5 .. 24
+  Tensor3 y = x;
+  opt::apply_rope_inplace(y, cache, RopeLayout::interleaved, 9);  // rows at 9 .. 18
+  EXPECT_TRUE(tvlab::testing::matches(y, xt::eval(xt::cast<double>(ref::apply_rope(x, f, RopeLayout::interleaved, 9))),
+                                      {1e-6, 1e-6}, {"apply_rope_inplace vs ref::apply_rope", {"h", "t", "d"}, 4, "", ""}));
+  Tensor3 bad = x;
+  bad(2, 7, 3) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::apply_rope_inplace(bad, cache, RopeLayout::half_split, 5); },
+                                                  {"apply_rope", "x", "non-finite"}));
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::apply_rope_inplace(y, cache, RopeLayout::half_split, 17); },
+                                                  {"apply_rope", "positions [17, 27)", "cache [5, 25)"}));
 }
 
 }  // namespace

@@ -9,26 +9,32 @@
 namespace tvlab::opt::detail {
 
 /// Rotates the `pairs` pairs of one row `in` into `out` (which may be `in`): pair i by the angle
-/// whose cosine and sine (times the attention factor) are `cos[i]`, `sin[i]`.
-inline void rotate_row(const float* in, float* out, const float* cos, const float* sin, std::size_t pairs,
-                       RopeLayout layout) {
+/// whose cosine and sine (times the attention factor) are `cos[i]`, `sin[i]`. Returns
+/// \f$ \sum_j 0 \cdot x_j \f$: 0 when every input is finite, NaN otherwise (inf * 0 and NaN * 0 are
+/// NaN), so a caller can check its input in the same pass.
+inline float rotate_row(const float* in, float* out, const float* cos, const float* sin, std::size_t pairs,
+                        RopeLayout layout) {
+  float probe = 0.0f;
   if (layout == RopeLayout::half_split) {
     // (x_i, x_{i+d/2}) -> (x_i c_i - x_{i+d/2} s_i, x_i s_i + x_{i+d/2} c_i): two contiguous halves.
-#pragma omp simd
+#pragma omp simd reduction(+ : probe)
     for (std::size_t i = 0; i < pairs; ++i) {
       const float xa = in[i], xb = in[i + pairs];
       out[i] = xa * cos[i] - xb * sin[i];
       out[i + pairs] = xa * sin[i] + xb * cos[i];
+      probe += xa * 0.0f + xb * 0.0f;
     }
   } else {
     // (x_{2i}, x_{2i+1}): even and odd lanes.
-#pragma omp simd
+#pragma omp simd reduction(+ : probe)
     for (std::size_t i = 0; i < pairs; ++i) {
       const float xa = in[2 * i], xb = in[2 * i + 1];
       out[2 * i] = xa * cos[i] - xb * sin[i];
       out[2 * i + 1] = xa * sin[i] + xb * cos[i];
+      probe += xa * 0.0f + xb * 0.0f;
     }
   }
+  return probe;
 }
 
 }  // namespace tvlab::opt::detail

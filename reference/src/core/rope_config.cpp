@@ -31,12 +31,13 @@ void validate_rope_config(const char* fn, const RopeConfig& cfg) {
   }
 }
 
-void validate_rope_input(const char* fn, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset) {
+void validate_rope_input(const char* fn, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset,
+                         bool check_x_values) {
   require_nonempty(fn, "x", x);
   require(x.shape()[2] % 2 == 0, fn, "x has head_dim ", x.shape()[2], "; it must be even (RoPE rotates pairs)");
   validate_rope_frequencies(fn, freqs, x.shape()[2]);
   require(position_offset >= 0, fn, "position_offset (", position_offset, ") must be >= 0");
-  require_finite(fn, "x", x);
+  if (check_x_values) require_finite(fn, "x", x);
 }
 
 void validate_rope_frequencies(const char* fn, const RopeFrequencies& freqs, std::size_t head_dim) {
