@@ -22,17 +22,37 @@ float alibi_bias_of(float slope, std::size_t seq_q, std::size_t seq_k, std::size
   return -slope * static_cast<float>(std::llabs(query_position - static_cast<long long>(j)));
 }
 
-// The same bias for a whole score row, as two loops that vectorise: keys j <= i' get
-// -m (i' - j) = m (j - i'), later keys -m (j - i'). float(j) - float(i') is exact below 2^24, so
-// every value equals alibi_bias_of's.
-void add_alibi_bias(float* row, float slope, std::size_t seq_q, std::size_t seq_k, std::size_t i) {
+// The same bias for keys [0, count) of a score row, as two loops that vectorise: keys j <= i'
+// get -m (i' - j) = m (j - i'), later keys -m (j - i'). float(j) - float(i') is exact below 2^24,
+// so every value equals alibi_bias_of's.
+void add_alibi_bias(float* row, float slope, std::size_t seq_q, std::size_t seq_k, std::size_t i, std::size_t count) {
   const long long query_position = static_cast<long long>(i + seq_k) - static_cast<long long>(seq_q);
-  const auto split = static_cast<std::size_t>(std::clamp(query_position + 1, 0LL, static_cast<long long>(seq_k)));
+  const auto split = static_cast<std::size_t>(std::clamp(query_position + 1, 0LL, static_cast<long long>(count)));
   const auto qp = static_cast<float>(query_position);
 #pragma omp simd
   for (std::size_t j = 0; j < split; ++j) row[j] += slope * (static_cast<float>(j) - qp);
 #pragma omp simd
-  for (std::size_t j = split; j < seq_k; ++j) row[j] -= slope * (static_cast<float>(j) - qp);
+  for (std::size_t j = split; j < count; ++j) row[j] -= slope * (static_cast<float>(j) - qp);
+}
+
+// Biases and masks of one score row, in one visit of the row and with loops that vectorise: the
+// causal rule is a split point (keys j < visible are allowed, the rest become -inf), the
+// additive mask and ALiBi are added only where keys stay visible, the boolean mask last.
+void mask_row(float* row, const AttentionConfig& cfg, float alibi_slope, std::size_t seq_q, std::size_t seq_k,
+              std::size_t i) {
+  const std::size_t visible = cfg.causal ? i + seq_k - seq_q + 1 : seq_k;  // causal needs seq_q <= seq_k
+  if (cfg.additive_mask) {
+    const float* b = cfg.additive_mask->data() + i * seq_k;
+#pragma omp simd
+    for (std::size_t j = 0; j < visible; ++j) row[j] += b[j];
+  }
+  if (cfg.alibi_slopes) add_alibi_bias(row, alibi_slope, seq_q, seq_k, i, visible);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp simd
+  for (std::size_t j = visible; j < seq_k; ++j) row[j] = neg_inf;
+  if (cfg.mask)
+    for (std::size_t j = 0; j < visible; ++j)
+      if (!(*cfg.mask)(i, j)) row[j] = neg_inf;
 }
 
 // One head: S = scale * Q K^T (SGEMM), mask and biases in place, softmax per row, O = P V (SGEMM).
@@ -40,18 +60,8 @@ void attention_one_head(const float* q, const float* k, const float* v, float* o
                         std::size_t seq_k, std::size_t head_dim, std::size_t head_dim_v, float scale,
                         const AttentionConfig& cfg, float alibi_slope, float* scores) {
   detail::sgemm(seq_q, seq_k, head_dim, scale, q, head_dim, k, head_dim, /*transpose_b=*/true, 0.0f, scores, seq_k);
-  const bool any_mask = cfg.causal || cfg.mask || cfg.additive_mask || cfg.alibi_slopes;
-  if (any_mask) {
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    for (std::size_t i = 0; i < seq_q; ++i) {
-      float* row = scores + i * seq_k;
-      if (cfg.additive_mask)
-        for (std::size_t j = 0; j < seq_k; ++j) row[j] += (*cfg.additive_mask)(i, j);
-      if (cfg.alibi_slopes) add_alibi_bias(row, alibi_slope, seq_q, seq_k, i);
-      for (std::size_t j = 0; j < seq_k; ++j)
-        if (!attention_allowed(cfg, seq_q, seq_k, i, j)) row[j] = neg_inf;
-    }
-  }
+  if (cfg.causal || cfg.mask || cfg.additive_mask || cfg.alibi_slopes)
+    for (std::size_t i = 0; i < seq_q; ++i) mask_row(scores + i * seq_k, cfg, alibi_slope, seq_q, seq_k, i);
   for (std::size_t i = 0; i < seq_q; ++i) softmax_row_inplace(scores + i * seq_k, seq_k);
   detail::sgemm(seq_q, head_dim_v, seq_k, 1.0f, scores, seq_k, v, head_dim_v, false, 0.0f, o, head_dim_v);
 }
