@@ -28,7 +28,7 @@ check() {  # check "<what>" <expected status> <text stderr must contain> -- comm
 }
 
 check "list" 0 "" -- "$tvlab" list
-grep -q "00_attention_basics" "$tmp/out" && grep -q "01_normalization" "$tmp/out" \
+grep -q "00_attention_basics" "$tmp/out" && grep -q "01_normalization" "$tmp/out" && grep -q "02_position_encoding" "$tmp/out" \
   && echo "ok   list names the chapters" || { echo "FAIL list does not name the chapters"; failures=$((failures + 1)); }
 check "tour agrees" 0 "" -- "$tvlab" tour
 check "--heads 0 names the option" 2 "--heads" -- "$tvlab" attention --heads 0
@@ -60,5 +60,26 @@ cells=$(grep -c '<rect x=' "$tmp/p.svg")
 check "--svg of a large matrix" 2 "--svg" -- "$tvlab" attention --seq 100 --svg "$tmp/big.svg"
 check "norm --svg validates its options" 2 "--eps" -- "$tvlab" norm --eps -1 --svg "$tmp/bad.svg"
 check "unwritable --svg" 2 "--svg" -- "$tvlab" norm --svg "$tmp/no/such/dir/x.svg"
+
+# Chapter 02 (alias rope).
+check "rope --step" 0 "" -- "$tvlab" rope --step --backend opt
+check "rope: unknown rope type names the option" 2 "--rope-type" -- "$tvlab" rope --rope-type bogus
+check "rope: unknown layout" 2 "--layout" -- "$tvlab" rope --layout diagonal
+check "rope: odd head_dim" 2 "--head-dim" -- "$tvlab" rope --head-dim 7
+check "rope: factor below 1" 2 "--factor" -- "$tvlab" rope --rope-type linear --factor 0.5
+check "rope: unknown figure" 2 "--figure" -- "$tvlab" rope --figure nope --svg "$tmp/r.svg"
+check "rope json" 0 "" -- "$tvlab" rope --json --rope-type dynamic --seq 40 --original-length 16
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["chapter"] == "02_position_encoding"' "$tmp/out" \
+  && echo "ok   rope json parses" || { echo "FAIL rope json does not parse"; failures=$((failures + 1)); }
+check "rope dump" 0 "" -- "$tvlab" rope --backend opt --dump "$tmp/rope"
+for f in q k v inv_freq apply_rope_opt attention_rope_opt attention_alibi_opt; do
+  if [ -s "$tmp/rope/$f.npy" ] && head -c 6 "$tmp/rope/$f.npy" | grep -q NUMPY; then echo "ok   $f.npy"; else
+    echo "FAIL $f.npy missing or not a .npy file"; failures=$((failures + 1)); fi
+done
+for figure in scaling decay; do
+  check "rope --svg --figure $figure" 0 "" -- "$tvlab" rope --figure $figure --svg "$tmp/$figure.svg"
+  if python3 -c 'import sys, xml.etree.ElementTree as E; assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' "$tmp/$figure.svg"; then
+    echo "ok   $figure.svg parses as SVG"; else echo "FAIL $figure.svg is not an SVG document"; failures=$((failures + 1)); fi
+done
 
 [ "$failures" -eq 0 ]
