@@ -2,8 +2,10 @@
 // scripts/make_student.py turns this file into student.cpp with the regions replaced by
 // NotImplemented stubs. Edit this file, then regenerate (`make student-stubs`).
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 #include "tvlab/core/error.hpp"
@@ -30,6 +32,51 @@ Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout la
         y(h, t, b) = static_cast<float>(xa * s + xb * c);
       }
   return y;
+  // END EXERCISE
+}
+
+RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
+  // BEGIN EXERCISE 02.3 "inverse frequencies: default, linear, dynamic, yarn" "Context extension: PI, NTK-aware, dynamic NTK, YaRN"
+  validate_rope_config("rope_frequencies", cfg);
+  require(seq_len >= 0, "rope_frequencies", "seq_len (", seq_len, ") must be >= 0 (0: max_position_embeddings)");
+  const RopeScaling& sc = cfg.rope_scaling;
+  const int d = cfg.head_dim;
+  const double s = sc.factor;
+  const double L = static_cast<double>(sc.original_max_position_embeddings > 0 ? sc.original_max_position_embeddings
+                                                                              : cfg.max_position_embeddings);
+  auto frequencies = [d](double base) {
+    DTensor1 f = DTensor1::from_shape({static_cast<std::size_t>(d / 2)});
+    for (std::size_t i = 0; i < f.size(); ++i) f(i) = std::pow(base, -2.0 * static_cast<double>(i) / d);
+    return f;
+  };
+  RopeFrequencies out{frequencies(cfg.rope_theta), 1.0};
+  if (sc.rope_type == "linear") {
+    out.inv_freq /= s;
+  } else if (sc.rope_type == "dynamic") {
+    const double n = std::max(static_cast<double>(seq_len > 0 ? seq_len : cfg.max_position_embeddings), L);
+    out.inv_freq = frequencies(cfg.rope_theta * std::pow(s * n / L - (s - 1), static_cast<double>(d) / (d - 2)));
+  } else if (sc.rope_type == "yarn") {
+    // Pair index where the wavelength fits `rotations` times into L.
+    auto index_of = [&](double rotations) {
+      return d * std::log(L / (rotations * 2 * std::numbers::pi)) / (2 * std::log(cfg.rope_theta));
+    };
+    const double low = std::max(0.0, std::floor(index_of(sc.beta_fast)));
+    double high = std::min(static_cast<double>(d - 1), std::ceil(index_of(sc.beta_slow)));
+    if (high == low) high += 0.001;
+    for (std::size_t i = 0; i < out.inv_freq.size(); ++i) {
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      out.inv_freq(i) = out.inv_freq(i) * (1 - ramp) + out.inv_freq(i) / s * ramp;
+    }
+    auto mscale = [s](double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1; };
+    if (sc.attention_factor) {
+      out.attention_factor = *sc.attention_factor;
+    } else if (sc.mscale && sc.mscale_all_dim && *sc.mscale != 0 && *sc.mscale_all_dim != 0) {
+      out.attention_factor = mscale(*sc.mscale) / mscale(*sc.mscale_all_dim);
+    } else {
+      out.attention_factor = mscale(1.0);
+    }
+  }
+  return out;
   // END EXERCISE
 }
 

@@ -2,8 +2,10 @@
 // Write your code in place of each `throw tvlab::NotImplemented(...)`, then build with
 // -DTVLAB_EXERCISES=student and run `ctest -L exercise`. See exercises.md.
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 #include "tvlab/core/error.hpp"
@@ -15,6 +17,11 @@ namespace tvlab::student {
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
   // EXERCISE 02.1: RoPE in both layouts.
   throw tvlab::NotImplemented("exercise 02.1: RoPE in both layouts; read chapters/02_position_encoding/README.md, section \"RoPE: rotating pairs\"");
+}
+
+RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
+  // EXERCISE 02.3: inverse frequencies: default, linear, dynamic, yarn.
+  throw tvlab::NotImplemented("exercise 02.3: inverse frequencies: default, linear, dynamic, yarn; read chapters/02_position_encoding/README.md, section \"Context extension: PI, NTK-aware, dynamic NTK, YaRN\"");
 }
 
 Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mode) {

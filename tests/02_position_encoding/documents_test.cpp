@@ -21,45 +21,6 @@ namespace {
 
 using tvlab::testing::throws_error_naming;
 
-RopeConfig config(int d, double theta, const std::string& type, double factor, long long original, long long max_pos) {
-  RopeConfig c;
-  c.head_dim = d;
-  c.rope_theta = theta;
-  c.max_position_embeddings = max_pos;
-  c.rope_scaling.rope_type = type;
-  c.rope_scaling.factor = factor;
-  c.rope_scaling.original_max_position_embeddings = original;
-  return c;
-}
-
-TEST(Ch02Frequencies, default_is_base_to_the_minus_two_i_over_d) {
-  for (double theta : {10000.0, 500000.0}) {
-    const auto f = rope_frequencies(config(128, theta, "default", 1, 0, 4096));
-    ASSERT_EQ(f.inv_freq.size(), 64u);
-    for (std::size_t i = 0; i < 64; ++i)
-      EXPECT_NEAR(f.inv_freq(i), std::exp(-2.0 * static_cast<double>(i) / 128 * std::log(theta)), 1e-15);
-    EXPECT_EQ(f.attention_factor, 1.0);
-  }
-}
-
-TEST(Ch02Frequencies, linear_divides_every_frequency_by_the_factor) {
-  const auto base = rope_frequencies(config(128, 10000, "default", 1, 0, 4096));
-  for (double s : {4.0, 8.0, 16.0}) {
-    const auto f = rope_frequencies(config(128, 10000, "linear", s, 0, 4096));
-    for (std::size_t i = 0; i < 64; ++i) EXPECT_NEAR(f.inv_freq(i), base.inv_freq(i) / s, 1e-17);
-  }
-}
-
-TEST(Ch02Frequencies, dynamic_ntk_changes_nothing_until_the_original_length) {
-  const auto base = rope_frequencies(config(128, 10000, "default", 1, 0, 4096));
-  const auto inside = rope_frequencies(config(128, 10000, "dynamic", 4, 4096, 4096), 3000);
-  for (std::size_t i = 0; i < 64; ++i) EXPECT_DOUBLE_EQ(inside.inv_freq(i), base.inv_freq(i));
-  // At n = 2L with s = 4: base' = 10000 * (4 * 2 - 3)^(128/126) = 10000 * 5^(64/63).
-  const auto beyond = rope_frequencies(config(128, 10000, "dynamic", 4, 4096, 4096), 8192);
-  const double new_base = 10000 * std::pow(5.0, 128.0 / 126.0);
-  for (std::size_t i = 0; i < 64; ++i)
-    EXPECT_NEAR(beyond.inv_freq(i), std::pow(new_base, -2.0 * static_cast<double>(i) / 128), 1e-15);
-}
 
 TEST(Ch02Frequencies, ntk_aware_base_for_d_128_alpha_4) {
   // beta' = beta * alpha^(d / (d - 2)) = 10000 * 4^(128/126).
@@ -68,58 +29,9 @@ TEST(Ch02Frequencies, ntk_aware_base_for_d_128_alpha_4) {
   // The lowest frequency is then divided by exactly alpha: theta_{d/2-1}' = theta_{d/2-1} / alpha.
   const double d = 128, i = 63;
   EXPECT_NEAR(std::pow(ntk_aware_base(10000, 4, 128), -2 * i / d), std::pow(10000.0, -2 * i / d) / 4, 1e-18);
-}
-
-// YaRN, from its definition: the pair i completes r_i = L theta_i / (2 pi) rotations over the
-// original length L. Pairs with r_i > beta_fast keep theta_i, pairs with r_i < beta_slow get
-// theta_i / s; between them a linear ramp over the pair index (Hugging Face's definition), from
-// the (floored) index where r = beta_fast to the (ceiled) index where r = beta_slow.
-TEST(Ch02Frequencies, yarn_keeps_fast_pairs_interpolates_slow_pairs_and_ramps_between) {
-  for (double theta : {10000.0, 500000.0})
-    for (long long original : {4096LL, 8192LL})
-      for (double s : {4.0, 8.0, 16.0}) {
-        const auto base = rope_frequencies(config(128, theta, "default", 1, 0, original));
-        const auto f = rope_frequencies(config(128, theta, "yarn", s, original, static_cast<long long>(s) * original));
-        // The index where r_i equals beta: L base^(-2i/d) / (2 pi) = beta.
-        auto index_where = [&](double beta) {
-          return 128 * std::log(static_cast<double>(original) / (2 * std::numbers::pi * beta)) / (2 * std::log(theta));
-        };
-        const double low = std::max(0.0, std::floor(index_where(32))), high = std::min(127.0, std::ceil(index_where(1)));
-        for (std::size_t i = 0; i < 64; ++i) {
-          const double x = static_cast<double>(i);
-          const double ramp = std::clamp((x - low) / (high - low), 0.0, 1.0);
-          const double expected = base.inv_freq(i) * (1 - ramp) + base.inv_freq(i) / s * ramp;
-          EXPECT_NEAR(f.inv_freq(i), expected, 1e-15 * base.inv_freq(i) + 1e-300)
-              << "theta " << theta << ", L " << original << ", s " << s << ", pair " << i;
-        }
-        EXPECT_EQ(f.inv_freq(0), base.inv_freq(0)) << "the fastest pair must be extrapolated unchanged";
-        EXPECT_NEAR(f.attention_factor, 0.1 * std::log(s) + 1, 1e-15);  // sqrt(1/t) = 0.1 ln s + 1
-      }
-}
-
-TEST(Ch02Frequencies, yarn_measures_the_correction_range_in_the_original_length) {
-  // The same original length with a different extended length gives the same frequencies; a
-  // different original length moves the ramp.
-  const auto a = rope_frequencies(config(128, 10000, "yarn", 4, 4096, 16384));
-  const auto b = rope_frequencies(config(128, 10000, "yarn", 4, 4096, 65536));
-  const auto c = rope_frequencies(config(128, 10000, "yarn", 4, 8192, 16384));
-  bool differs = false;
-  for (std::size_t i = 0; i < 64; ++i) {
-    EXPECT_EQ(a.inv_freq(i), b.inv_freq(i));
-    differs = differs || a.inv_freq(i) != c.inv_freq(i);
-  }
-  EXPECT_TRUE(differs);
-}
-
-TEST(Ch02Frequencies, yarn_attention_factor_variants) {
-  RopeConfig c = config(128, 10000, "yarn", 40, 4096, 163840);
-  c.rope_scaling.mscale = 1.0;
-  c.rope_scaling.mscale_all_dim = 1.0;  // DeepSeek-V3: the ratio is 1, cos/sin unscaled
-  EXPECT_EQ(rope_frequencies(c).attention_factor, 1.0);
-  c.rope_scaling.mscale = 0.707;
-  EXPECT_NEAR(rope_frequencies(c).attention_factor, (0.1 * 0.707 * std::log(40) + 1) / (0.1 * std::log(40) + 1), 1e-15);
-  c.rope_scaling.attention_factor = 1.5;  // explicit wins
-  EXPECT_EQ(rope_frequencies(c).attention_factor, 1.5);
+  EXPECT_TRUE(throws_error_naming([] { ntk_aware_base(10000, 0.5, 128); }, {"ntk_aware_base", "alpha"}));
+  EXPECT_TRUE(throws_error_naming([] { ntk_aware_base(1, 4, 128); }, {"ntk_aware_base", "base"}));
+  EXPECT_TRUE(throws_error_naming([] { ntk_aware_base(10000, 4, 2); }, {"ntk_aware_base", "head_dim"}));
 }
 
 TEST(Ch02Frequencies, deepseek_moves_the_temperature_into_the_softmax_scale) {
@@ -189,18 +101,6 @@ TEST(Ch02Sinusoidal, values_and_the_relative_distance_property) {
     for (int j = 0; j < 16; ++j) EXPECT_EQ(shifted(t, j), pe(10 + t, j));
   EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(4, 7); }, {"d_model", "even"}));
   EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(0, 8); }, {"seq"}));
-}
-
-TEST(Ch02Frequencies, rejects_bad_configurations_naming_the_field) {
-  EXPECT_TRUE(throws_error_naming([] { rope_frequencies(config(7, 10000, "default", 1, 0, 8)); }, {"head_dim", "even"}));
-  EXPECT_TRUE(throws_error_naming([] { rope_frequencies(config(8, 1, "default", 1, 0, 8)); }, {"rope_theta"}));
-  EXPECT_TRUE(throws_error_naming([] { rope_frequencies(config(8, 10000, "ntk", 2, 0, 8)); }, {"rope_type", "ntk"}));
-  EXPECT_TRUE(throws_error_naming([] { rope_frequencies(config(8, 10000, "linear", 0.5, 0, 8)); }, {"factor"}));
-  RopeConfig c = config(8, 10000, "yarn", 2, 0, 8);
-  c.rope_scaling.beta_fast = 0.5;
-  EXPECT_TRUE(throws_error_naming([&] { rope_frequencies(c); }, {"beta_fast", "beta_slow"}));
-  EXPECT_TRUE(throws_error_naming([] { rope_frequencies(config(8, 10000, "dynamic", 2, 0, 8), -1); }, {"seq_len"}));
-  EXPECT_TRUE(throws_error_naming([] { ntk_aware_base(10000, 0.5, 128); }, {"ntk_aware_base", "alpha"}));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ struct Impl {
   bool needs_device = false;
   std::function<Tensor3(const Tensor3&, const RopeFrequencies&, RopeLayout, long long)> apply_rope;
   std::function<Tensor3(int, long long, long long, ref::AlibiMode)> alibi_bias;
+  std::function<RopeFrequencies(const RopeConfig&, long long)> rope_frequencies;
   /// Chapter 00's attention, here with `cfg.rope` and `cfg.alibi_slopes` set.
   std::function<Tensor3(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)> attention;
 };

@@ -15,12 +15,13 @@ namespace tvlab::ch02 {
 const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = [] {
     std::vector<Impl> all = {
-        {"ref", false, ref::apply_rope, ref::alibi_bias, ref::scaled_dot_product_attention},
-        {"opt", false, opt::apply_rope, opt::alibi_bias, opt::scaled_dot_product_attention},
+        // opt and cuda use ref::rope_frequencies (configuration arithmetic on d/2 numbers).
+        {"ref", false, ref::apply_rope, ref::alibi_bias, ref::rope_frequencies, ref::scaled_dot_product_attention},
+        {"opt", false, opt::apply_rope, opt::alibi_bias, nullptr, opt::scaled_dot_product_attention},
     };
     for (const auto& variant : opt::attention_variants())
-      all.push_back({"opt_" + variant.name, false, nullptr, nullptr, variant.function});
-    all.push_back({"cuda", true, cuda::apply_rope, nullptr, cuda::scaled_dot_product_attention});
+      all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function});
+    all.push_back({"cuda", true, cuda::apply_rope, nullptr, nullptr, cuda::scaled_dot_product_attention});
     return all;
   }();
   return impls;

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <numbers>
+#include <algorithm>
 #include <complex>
 #include <cstdlib>
 #include <tuple>
@@ -142,6 +145,131 @@ TEST_P(Rope, rejects_bad_input_naming_the_parameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::apply_rope)),
+                         tvlab::testing::ImplName());
+
+// ------------------------------------------------------------------------------ frequencies
+
+class Frequencies : public ::testing::TestWithParam<Impl> {};
+
+RopeConfig config(int d, double theta, const std::string& type, double factor, long long original, long long max_pos) {
+  RopeConfig c;
+  c.head_dim = d;
+  c.rope_theta = theta;
+  c.max_position_embeddings = max_pos;
+  c.rope_scaling.rope_type = type;
+  c.rope_scaling.factor = factor;
+  c.rope_scaling.original_max_position_embeddings = original;
+  return c;
+}
+
+// theta_i = theta^(-2i/d), written as exp(-2i/d ln theta): a different formula order from the
+// implementations', so agreement is not a copy.
+DTensor1 closed_form_frequencies(int d, double theta) {
+  DTensor1 f = DTensor1::from_shape({static_cast<std::size_t>(d / 2)});
+  for (std::size_t i = 0; i < f.size(); ++i) f(i) = std::exp(-2.0 * static_cast<double>(i) / d * std::log(theta));
+  return f;
+}
+
+TEST_P(Frequencies, default_is_base_to_the_minus_two_i_over_d) {
+  const Impl& impl = GetParam();
+  for (double theta : {10000.0, 500000.0}) {
+    const auto f = impl.rope_frequencies(config(128, theta, "default", 1, 0, 4096), 0);
+    ASSERT_EQ(f.inv_freq.size(), 64u);
+    for (std::size_t i = 0; i < 64; ++i)
+      EXPECT_NEAR(f.inv_freq(i), std::exp(-2.0 * static_cast<double>(i) / 128 * std::log(theta)), 1e-14 * std::exp(-2.0 * static_cast<double>(i) / 128 * std::log(theta)));
+    EXPECT_EQ(f.attention_factor, 1.0);
+  }
+}
+
+TEST_P(Frequencies, linear_divides_every_frequency_by_the_factor) {
+  const Impl& impl = GetParam();
+  const DTensor1 base = closed_form_frequencies(128, 10000);
+  for (double s : {4.0, 8.0, 16.0}) {
+    const auto f = impl.rope_frequencies(config(128, 10000, "linear", s, 0, 4096), 0);
+    for (std::size_t i = 0; i < 64; ++i) EXPECT_NEAR(f.inv_freq(i), base(i) / s, 1e-14 * base(i));
+  }
+}
+
+TEST_P(Frequencies, dynamic_ntk_changes_nothing_until_the_original_length) {
+  const Impl& impl = GetParam();
+  const DTensor1 base = closed_form_frequencies(128, 10000);
+  const auto inside = impl.rope_frequencies(config(128, 10000, "dynamic", 4, 4096, 4096), 3000);
+  for (std::size_t i = 0; i < 64; ++i) EXPECT_NEAR(inside.inv_freq(i), base(i), 1e-14 * base(i));
+  // At n = 2L with s = 4: base' = 10000 * (4 * 2 - 3)^(128/126) = 10000 * 5^(64/63).
+  const auto beyond = impl.rope_frequencies(config(128, 10000, "dynamic", 4, 4096, 4096), 8192);
+  const double new_base = 10000 * std::pow(5.0, 128.0 / 126.0);
+  for (std::size_t i = 0; i < 64; ++i)
+    EXPECT_NEAR(beyond.inv_freq(i), std::pow(new_base, -2.0 * static_cast<double>(i) / 128), 1e-14 * std::pow(new_base, -2.0 * static_cast<double>(i) / 128));
+}
+
+// YaRN, from its definition: the pair i completes r_i = L theta_i / (2 pi) rotations over the
+// original length L. Pairs with r_i > beta_fast keep theta_i, pairs with r_i < beta_slow get
+// theta_i / s; between them a linear ramp over the pair index (Hugging Face's definition), from
+// the (floored) index where r = beta_fast to the (ceiled) index where r = beta_slow.
+TEST_P(Frequencies, yarn_keeps_fast_pairs_interpolates_slow_pairs_and_ramps_between) {
+  const Impl& impl = GetParam();
+  for (double theta : {10000.0, 500000.0})
+    for (long long original : {4096LL, 8192LL})
+      for (double s : {4.0, 8.0, 16.0}) {
+        const DTensor1 base = closed_form_frequencies(128, theta);
+        const auto f = impl.rope_frequencies(config(128, theta, "yarn", s, original, static_cast<long long>(s) * original), 0);
+        // The index where r_i equals beta: L base^(-2i/d) / (2 pi) = beta.
+        auto index_where = [&](double beta) {
+          return 128 * std::log(static_cast<double>(original) / (2 * std::numbers::pi * beta)) / (2 * std::log(theta));
+        };
+        const double low = std::max(0.0, std::floor(index_where(32))), high = std::min(127.0, std::ceil(index_where(1)));
+        for (std::size_t i = 0; i < 64; ++i) {
+          const double x = static_cast<double>(i);
+          const double ramp = std::clamp((x - low) / (high - low), 0.0, 1.0);
+          const double expected = base(i) * (1 - ramp) + base(i) / s * ramp;
+          EXPECT_NEAR(f.inv_freq(i), expected, 1e-14 * base(i))
+              << "theta " << theta << ", L " << original << ", s " << s << ", pair " << i;
+        }
+        EXPECT_EQ(f.inv_freq(0), base(0)) << "the fastest pair must be extrapolated unchanged";
+        EXPECT_NEAR(f.attention_factor, 0.1 * std::log(s) + 1, 1e-15);  // sqrt(1/t) = 0.1 ln s + 1
+      }
+}
+
+TEST_P(Frequencies, yarn_measures_the_correction_range_in_the_original_length) {
+  const Impl& impl = GetParam();
+  // The same original length with a different extended length gives the same frequencies; a
+  // different original length moves the ramp.
+  const auto a = impl.rope_frequencies(config(128, 10000, "yarn", 4, 4096, 16384), 0);
+  const auto b = impl.rope_frequencies(config(128, 10000, "yarn", 4, 4096, 65536), 0);
+  const auto c = impl.rope_frequencies(config(128, 10000, "yarn", 4, 8192, 16384), 0);
+  bool differs = false;
+  for (std::size_t i = 0; i < 64; ++i) {
+    EXPECT_EQ(a.inv_freq(i), b.inv_freq(i));
+    differs = differs || a.inv_freq(i) != c.inv_freq(i);
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST_P(Frequencies, yarn_attention_factor_variants) {
+  const Impl& impl = GetParam();
+  RopeConfig c = config(128, 10000, "yarn", 40, 4096, 163840);
+  c.rope_scaling.mscale = 1.0;
+  c.rope_scaling.mscale_all_dim = 1.0;  // DeepSeek-V3: the ratio is 1, cos/sin unscaled
+  EXPECT_EQ(impl.rope_frequencies(c, 0).attention_factor, 1.0);
+  c.rope_scaling.mscale = 0.707;
+  EXPECT_NEAR(impl.rope_frequencies(c, 0).attention_factor, (0.1 * 0.707 * std::log(40) + 1) / (0.1 * std::log(40) + 1), 1e-15);
+  c.rope_scaling.attention_factor = 1.5;  // explicit wins
+  EXPECT_EQ(impl.rope_frequencies(c, 0).attention_factor, 1.5);
+}
+
+TEST_P(Frequencies, rejects_bad_configurations_naming_the_field) {
+  const Impl& impl = GetParam();
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(7, 10000, "default", 1, 0, 8), 0); }, {"head_dim", "even"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 1, "default", 1, 0, 8), 0); }, {"rope_theta"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "ntk", 2, 0, 8), 0); }, {"rope_type", "ntk"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "linear", 0.5, 0, 8), 0); }, {"factor"}));
+  RopeConfig c = config(8, 10000, "yarn", 2, 0, 8);
+  c.rope_scaling.beta_fast = 0.5;
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(c, 0); }, {"beta_fast", "beta_slow"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "dynamic", 2, 0, 8), -1); }, {"seq_len"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch02, Frequencies, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::rope_frequencies)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------------------ ALiBi
