@@ -53,8 +53,10 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
   if (sc.rope_type == "linear") {
     out.inv_freq /= s;
   } else if (sc.rope_type == "dynamic") {
-    const double n = std::max(static_cast<double>(seq_len > 0 ? seq_len : cfg.max_position_embeddings), L);
-    out.inv_freq = frequencies(cfg.rope_theta * std::pow(s * n / L - (s - 1), static_cast<double>(d) / (d - 2)));
+    // Hugging Face measures this one in max_position_embeddings.
+    const auto trained = static_cast<double>(cfg.max_position_embeddings);
+    const double n = std::max(static_cast<double>(seq_len > 0 ? seq_len : cfg.max_position_embeddings), trained);
+    out.inv_freq = frequencies(cfg.rope_theta * std::pow(s * n / trained - (s - 1), static_cast<double>(d) / (d - 2)));
   } else if (sc.rope_type == "yarn") {
     // Pair index where the wavelength fits `rotations` times into L.
     auto index_of = [&](double rotations) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "detail/rope_row.hpp"
 #include "tvlab/core/error.hpp"
@@ -14,8 +15,12 @@ RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position
   require_positive(fn, "count", count);
   require_nonempty(fn, "freqs.inv_freq", freqs.inv_freq);
   require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
-  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0, fn, "freqs.attention_factor (",
-          freqs.attention_factor, ") must be positive");
+  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0 &&
+              freqs.attention_factor <= std::numeric_limits<float>::max(),
+          fn, "freqs.attention_factor (", freqs.attention_factor, ") must be positive and representable in float");
+  const double last_position = static_cast<double>(first_position) + static_cast<double>(count) - 1.0;
+  require(std::isfinite(last_position * xt::amax(xt::abs(freqs.inv_freq))()), fn, "position ", last_position,
+          " times freqs.inv_freq overflows: the angle m theta_i must be finite");
   RopeCache cache;
   cache.first_position = first_position;
   cache.positions = static_cast<std::size_t>(count);
@@ -37,8 +42,8 @@ namespace {
 // Rotates every row of x with the cache rows starting at `cache_row0`; shapes already checked.
 // Blocks of 64 positions outside, heads inside: the block's cache rows (64 x d/2 cos and sin,
 // 32 KiB at d = 128) stay in cache while every head's contiguous 64 rows stream through, instead
-// of streaming the whole cache again for each head. Returns whether every input was finite
-// (checked in the same pass, see rotate_row).
+// of streaming the whole cache again for each head. Returns whether every input and output was
+// finite (checked in the same pass, see rotate_row).
 bool rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::size_t cache_row0) {
   constexpr std::size_t kBlock = 64;
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = d / 2;
@@ -71,17 +76,20 @@ void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, l
           fn, "positions [", position_offset, ", ", position_offset + static_cast<long long>(seq),
           ") are not all in the cache [", cache.first_position, ", ",
           cache.first_position + static_cast<long long>(cache.positions), ")");
-  // x is checked for inf/NaN while it is rotated; a non-finite input stays non-finite in the
-  // output, where require_finite then reports it (after the pass).
+  // x is checked for inf/NaN (and the result for overflow) while it is rotated.
   if (!rotate_rows(x, cache, layout, static_cast<std::size_t>(position_offset - cache.first_position)))
-    require_finite(fn, "x", x);
+    fail(fn, "x holds an inf or NaN, or x times the attention factor overflows float (found while rotating in ",
+         "place: x now holds rotated values)");
 }
 
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
   validate_rope_input("apply_rope", x, freqs, position_offset, /*check_x_values=*/false);
   const RopeCache cache = make_rope_cache(freqs, position_offset, static_cast<long long>(x.shape()[1]));
   Tensor3 y = x;
-  if (!rotate_rows(y, cache, layout, 0)) require_finite("apply_rope", "x", x);  // names the input's index
+  if (!rotate_rows(y, cache, layout, 0)) {
+    require_finite("apply_rope", "x", x);  // names the index of a non-finite input
+    fail("apply_rope", "x times freqs.attention_factor overflows float after the rotation");
+  }
   return y;
 }
 

@@ -45,7 +45,7 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
   const RopeScaling& sc = cfg.rope_scaling;
   const int d = cfg.head_dim;
   const double s = sc.factor;
-  // L: the pre-training length the scaling is measured against.
+  // L: the pre-training length the scaling is measured against (yarn; linear does not need it).
   const double original_length = static_cast<double>(
       sc.original_max_position_embeddings > 0 ? sc.original_max_position_embeddings : cfg.max_position_embeddings);
 
@@ -55,9 +55,11 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
     out.inv_freq /= s;
   } else if (sc.rope_type == "dynamic") {
     // NTK-aware base for the current length n (no change up to L):
-    // beta' = beta * (s n / L - (s - 1))^(d / (d - 2)).
-    const double n = std::max(static_cast<double>(seq_len > 0 ? seq_len : cfg.max_position_embeddings), original_length);
-    const double base = cfg.rope_theta * std::pow(s * n / original_length - (s - 1.0), static_cast<double>(d) / (d - 2));
+    // beta' = beta * (s n / L - (s - 1))^(d / (d - 2)). As in Hugging Face, L is
+    // max_position_embeddings here (original_max_position_embeddings is not used).
+    const double trained = static_cast<double>(cfg.max_position_embeddings);
+    const double n = std::max(static_cast<double>(seq_len > 0 ? seq_len : cfg.max_position_embeddings), trained);
+    const double base = cfg.rope_theta * std::pow(s * n / trained - (s - 1.0), static_cast<double>(d) / (d - 2));
     out.inv_freq = default_inverse_frequencies(d, base);
   } else if (sc.rope_type == "yarn") {
     // Correction range in pair indices, from the ORIGINAL length: pairs that rotate more than
@@ -87,11 +89,11 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
 }
 
 double deepseek_softmax_scale_factor(const RopeScaling& sc) {
-  if (sc.rope_type != "yarn" || !sc.mscale_all_dim || *sc.mscale_all_dim == 0.0) return 1.0;
+  if (sc.rope_type == "default" || !sc.mscale_all_dim || *sc.mscale_all_dim == 0.0) return 1.0;
   require(std::isfinite(sc.factor) && sc.factor >= 1.0, "deepseek_softmax_scale_factor", "rope_scaling.factor (",
           sc.factor, ") must be finite and >= 1");
   require(std::isfinite(*sc.mscale_all_dim) && *sc.mscale_all_dim > 0.0, "deepseek_softmax_scale_factor",
-          "rope_scaling.mscale_all_dim (", *sc.mscale_all_dim, ") must be finite and >= 0");
+          "rope_scaling.mscale_all_dim (", *sc.mscale_all_dim, ") must be finite and > 0 (0 or unset: no factor)");
   const double m = yarn_get_mscale(sc.factor, *sc.mscale_all_dim);
   return m * m;
 }

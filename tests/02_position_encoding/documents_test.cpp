@@ -50,12 +50,15 @@ TEST(Ch02Frequencies, deepseek_moves_the_temperature_into_the_softmax_scale) {
   v2.mscale_all_dim = 0.707;
   const double m2 = 0.1 * 0.707 * std::log(40.0) + 1;
   EXPECT_NEAR(ref::deepseek_softmax_scale_factor(v2), m2 * m2, 1e-14);
-  // Without mscale_all_dim (plain YaRN) or without yarn, the softmax scale is untouched.
+  // Without mscale_all_dim (plain YaRN), with it 0, or with rope_type default, the softmax scale is
+  // untouched (Hugging Face's yarn_apply_mscale).
   RopeScaling plain = v3;
   plain.mscale_all_dim.reset();
   EXPECT_EQ(ref::deepseek_softmax_scale_factor(plain), 1.0);
+  plain.mscale_all_dim = 0.0;
+  EXPECT_EQ(ref::deepseek_softmax_scale_factor(plain), 1.0);
   plain = v3;
-  plain.rope_type = "linear";
+  plain.rope_type = "default";
   EXPECT_EQ(ref::deepseek_softmax_scale_factor(plain), 1.0);
   v3.mscale_all_dim = -1.0;
   EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { ref::deepseek_softmax_scale_factor(v3); },
@@ -101,6 +104,8 @@ TEST(Ch02Sinusoidal, values_and_the_relative_distance_property) {
     for (int j = 0; j < 16; ++j) EXPECT_EQ(shifted(t, j), pe(10 + t, j));
   EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(4, 7); }, {"d_model", "even"}));
   EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(0, 8); }, {"seq"}));
+  EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(4, 8, 1.0); }, {"base"}));
+  EXPECT_TRUE(throws_error_naming([] { sinusoidal_position_encoding(4, 8, 10000.0, -1); }, {"first_position"}));
 }
 
 }  // namespace
@@ -187,7 +192,17 @@ TEST(Ch02OptRope, in_place_with_a_cache_matches_the_reference_and_checks_x_in_th
   Tensor3 bad = x;
   bad(2, 7, 3) = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::apply_rope_inplace(bad, cache, RopeLayout::half_split, 5); },
-                                                  {"apply_rope", "x", "non-finite"}));
+                                                  {"apply_rope", "x", "inf or NaN"}));
+  // Finite input whose rotation overflows float: x near FLT_MAX with a_f = 2.
+  RopeFrequencies big = f;
+  big.attention_factor = 2.0;
+  const opt::RopeCache big_cache = opt::make_rope_cache(big, 5, 20);
+  Tensor3 huge = xt::full_like(x, 3e38f);
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::apply_rope_inplace(huge, big_cache, RopeLayout::half_split, 5); },
+                                                  {"apply_rope", "x", "overflows"}));
+  big.attention_factor = 1e300;
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::make_rope_cache(big, 0, 4); },
+                                                  {"make_rope_cache", "attention_factor"}));
   EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::apply_rope_inplace(y, cache, RopeLayout::half_split, 17); },
                                                   {"apply_rope", "positions [17, 27)", "cache [5, 25)"}));
 }

@@ -142,6 +142,26 @@ TEST_P(Rope, rejects_bad_input_naming_the_parameter) {
   Tensor3 bad = xt::ones<float>({1, 2, 8});
   bad(0, 1, 3) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(bad, f, RopeLayout::interleaved, 0); }, {"apply_rope", "x"}));
+  bad(0, 1, 3) = -std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(bad, f, RopeLayout::half_split, 0); }, {"apply_rope", "x"}));
+  const Tensor3 ones = xt::ones<float>({1, 2, 8});
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(Tensor3::from_shape({1, 0, 8}), f, RopeLayout::half_split, 0); },
+                                  {"apply_rope", "x"}));
+  RopeFrequencies g = f;
+  g.attention_factor = 0.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(ones, g, RopeLayout::half_split, 0); }, {"attention_factor"}));
+  g.attention_factor = 1e300;
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(ones, g, RopeLayout::half_split, 0); }, {"attention_factor"}));
+  g = f;
+  g.inv_freq(2) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(ones, g, RopeLayout::half_split, 0); }, {"inv_freq"}));
+  g.inv_freq(2) = 1e305;  // finite, but m theta overflows at position 1e4
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(ones, g, RopeLayout::half_split, 10000); }, {"inv_freq", "overflows"}));
+  // Finite x whose rotation overflows float.
+  g = f;
+  g.attention_factor = 2.0;
+  const Tensor3 huge = xt::full_like(ones, 3e38f);
+  EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(huge, g, RopeLayout::half_split, 1); }, {"apply_rope", "x", "float"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::apply_rope)),
@@ -230,6 +250,52 @@ TEST_P(Frequencies, yarn_keeps_fast_pairs_interpolates_slow_pairs_and_ramps_betw
       }
 }
 
+// The paper's definition, independent of Hugging Face's floor/ceil: a pair making more than
+// beta_fast = 32 turns in L keeps theta_i, one making fewer than beta_slow = 1 turn gets theta_i / s.
+TEST_P(Frequencies, yarn_regions_follow_the_turns_each_pair_makes_in_the_original_length) {
+  const Impl& impl = GetParam();
+  for (double theta : {10000.0, 500000.0})
+    for (long long L : {4096LL, 8192LL}) {
+      const double s = 8;
+      const DTensor1 base = closed_form_frequencies(128, theta);
+      const auto f = impl.rope_frequencies(config(128, theta, "yarn", s, L, 8 * L), 0);
+      int kept = 0, interpolated = 0;
+      for (std::size_t i = 0; i < 64; ++i) {
+        const double turns = static_cast<double>(L) * base(i) / (2 * std::numbers::pi);
+        if (turns > 32) {
+          EXPECT_NEAR(f.inv_freq(i), base(i), 1e-14 * base(i)) << "pair " << i << " makes " << turns << " turns";
+          ++kept;
+        }
+        if (turns < 1) {
+          EXPECT_NEAR(f.inv_freq(i), base(i) / s, 1e-14 * base(i)) << "pair " << i << " makes " << turns << " turns";
+          ++interpolated;
+        }
+        if (turns >= 1 && turns <= 32) {
+          EXPECT_GE(f.inv_freq(i), base(i) / s * (1 - 1e-14)) << "pair " << i;
+        }
+      }
+      EXPECT_GT(kept, 10);
+      EXPECT_GT(interpolated, 10);
+    }
+}
+
+TEST_P(Frequencies, dynamic_ntk_measures_length_in_max_position_embeddings) {
+  // Hugging Face's dynamic NTK uses max_position_embeddings as L and ignores
+  // original_max_position_embeddings (yarn uses the latter).
+  const Impl& impl = GetParam();
+  const auto a = impl.rope_frequencies(config(64, 10000, "dynamic", 2, 0, 2048), 4096);
+  const auto b = impl.rope_frequencies(config(64, 10000, "dynamic", 2, 1024, 2048), 4096);
+  const double new_base = 10000 * std::pow(2.0 * 4096 / 2048 - 1, 64.0 / 62.0);
+  for (std::size_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(a.inv_freq(i), b.inv_freq(i));
+    EXPECT_NEAR(a.inv_freq(i), std::pow(new_base, -2.0 * static_cast<double>(i) / 64), 1e-14);
+  }
+  // seq_len 0 means max_position_embeddings: no change.
+  const auto c = impl.rope_frequencies(config(64, 10000, "dynamic", 2, 0, 2048), 0);
+  const DTensor1 base = closed_form_frequencies(64, 10000);
+  for (std::size_t i = 0; i < 32; ++i) EXPECT_NEAR(c.inv_freq(i), base(i), 1e-14 * base(i));
+}
+
 TEST_P(Frequencies, yarn_measures_the_correction_range_in_the_original_length) {
   const Impl& impl = GetParam();
   // The same original length with a different extended length gives the same frequencies; a
@@ -255,6 +321,9 @@ TEST_P(Frequencies, yarn_attention_factor_variants) {
   EXPECT_NEAR(impl.rope_frequencies(c, 0).attention_factor, (0.1 * 0.707 * std::log(40) + 1) / (0.1 * std::log(40) + 1), 1e-15);
   c.rope_scaling.attention_factor = 1.5;  // explicit wins
   EXPECT_EQ(impl.rope_frequencies(c, 0).attention_factor, 1.5);
+  c.rope_scaling.attention_factor.reset();
+  c.rope_scaling.mscale_all_dim = 0.0;  // a zero mscale_all_dim falls back to 0.1 ln s + 1
+  EXPECT_NEAR(impl.rope_frequencies(c, 0).attention_factor, 0.1 * std::log(40) + 1, 1e-15);
 }
 
 TEST_P(Frequencies, rejects_bad_configurations_naming_the_field) {
@@ -267,6 +336,22 @@ TEST_P(Frequencies, rejects_bad_configurations_naming_the_field) {
   c.rope_scaling.beta_fast = 0.5;
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(c, 0); }, {"beta_fast", "beta_slow"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "dynamic", 2, 0, 8), -1); }, {"seq_len"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "yarn", 2, 0, 0), 0); },
+                                  {"max_position_embeddings"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "yarn", 2, -5, 8), 0); },
+                                  {"original_max_position_embeddings"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] { impl.rope_frequencies(config(8, std::numeric_limits<double>::quiet_NaN(), "default", 1, 0, 8), 0); },
+      {"rope_theta"}));
+  c = config(8, 10000, "yarn", 2, 0, 8);
+  c.rope_scaling.attention_factor = 0.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(c, 0); }, {"rope_scaling.attention_factor"}));
+  c = config(8, 10000, "yarn", 2, 0, 8);
+  c.rope_scaling.mscale = -1.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(c, 0); }, {"rope_scaling.mscale ("}));
+  c = config(8, 10000, "yarn", 2, 0, 8);
+  c.rope_scaling.mscale_all_dim = -1.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(c, 0); }, {"rope_scaling.mscale_all_dim"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch02, Frequencies, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::rope_frequencies)),
@@ -319,6 +404,7 @@ TEST_P(Alibi, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(0, 4, 4, ref::AlibiMode::causal); }, {"alibi_bias", "num_heads"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 0, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 5, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q", "seq_k"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 5, 0, ref::AlibiMode::symmetric); }, {"alibi_bias", "seq_k"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::alibi_bias)),
@@ -462,11 +548,16 @@ TEST_P(PositionalAttention, rejects_bad_positions_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes", "heads"}));
   cfg.alibi_slopes = DTensor1{0.5, std::numeric_limits<double>::quiet_NaN()};
   EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes"}));
+  cfg.alibi_slopes = DTensor1{0.5, -0.25};
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes", ">= 0"}));
   cfg.alibi_slopes.reset();
   rc.head_dim = 6;
   cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
   EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"inv_freq", "head_dim / 2"}));
   rc.head_dim = 8;
+  cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
+  cfg.rope->freqs.attention_factor = -1.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"attention_factor"}));
   cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, -3};
   EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"rope.first_position"}));
   cfg.rope->first_position = 0;

@@ -1,6 +1,7 @@
 #include "tvlab/core/rope_config.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "tvlab/core/error.hpp"
 
@@ -26,9 +27,11 @@ void validate_rope_config(const char* fn, const RopeConfig& cfg) {
     require(std::isfinite(*s.attention_factor) && *s.attention_factor > 0.0, fn, "rope_scaling.attention_factor (",
             *s.attention_factor, ") must be positive");
   }
-  for (const auto* m : {&s.mscale, &s.mscale_all_dim}) {
-    if (*m) require(std::isfinite(**m) && **m >= 0.0, fn, "rope_scaling.mscale (", **m, ") must be >= 0");
-  }
+  if (s.mscale)
+    require(std::isfinite(*s.mscale) && *s.mscale >= 0.0, fn, "rope_scaling.mscale (", *s.mscale, ") must be >= 0");
+  if (s.mscale_all_dim)
+    require(std::isfinite(*s.mscale_all_dim) && *s.mscale_all_dim >= 0.0, fn, "rope_scaling.mscale_all_dim (",
+            *s.mscale_all_dim, ") must be >= 0");
 }
 
 void validate_rope_input(const char* fn, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset,
@@ -37,15 +40,26 @@ void validate_rope_input(const char* fn, const Tensor3& x, const RopeFrequencies
   require(x.shape()[2] % 2 == 0, fn, "x has head_dim ", x.shape()[2], "; it must be even (RoPE rotates pairs)");
   validate_rope_frequencies(fn, freqs, x.shape()[2]);
   require(position_offset >= 0, fn, "position_offset (", position_offset, ") must be >= 0");
-  if (check_x_values) require_finite(fn, "x", x);
+  // The angle m theta_i of the last position must be finite (cos and sin of inf are NaN).
+  const double last_position = static_cast<double>(position_offset) + static_cast<double>(x.shape()[1]) - 1.0;
+  const double largest_angle = last_position * xt::amax(xt::abs(freqs.inv_freq))();
+  require(std::isfinite(largest_angle), fn, "position ", last_position, " times freqs.inv_freq overflows: the angle m theta_i must be finite");
+  if (check_x_values) {
+    require_finite(fn, "x", x);
+    // A rotation mixes the two coordinates of a pair: |x'| <= sqrt(2) a_f max|x| must fit in float.
+    const double bound = std::sqrt(2.0) * freqs.attention_factor * static_cast<double>(xt::amax(xt::abs(x))());
+    require(bound <= std::numeric_limits<float>::max(), fn, "x times freqs.attention_factor could reach ", bound,
+            " after the rotation, beyond float's range (3.4e38)");
+  }
 }
 
 void validate_rope_frequencies(const char* fn, const RopeFrequencies& freqs, std::size_t head_dim) {
   require(head_dim % 2 == 0, fn, "head_dim (", head_dim, ") must be even: RoPE rotates pairs");
   require_dim(fn, "freqs.inv_freq", freqs.inv_freq, 0, "length", head_dim / 2, "head_dim / 2, the number of pairs");
   require_finite(fn, "freqs.inv_freq", freqs.inv_freq);
-  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0, fn, "freqs.attention_factor (",
-          freqs.attention_factor, ") must be positive");
+  require(std::isfinite(freqs.attention_factor) && freqs.attention_factor > 0.0 &&
+              freqs.attention_factor <= std::numeric_limits<float>::max(),
+          fn, "freqs.attention_factor (", freqs.attention_factor, ") must be positive and representable in float");
 }
 
 }  // namespace tvlab

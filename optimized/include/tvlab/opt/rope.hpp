@@ -35,8 +35,9 @@ RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position
 /// Rotates x `[heads, seq, head_dim]` in place using positions first_position + row from
 /// `cache` (which must cover them). Rows run in parallel; the half_split layout's pairs are two
 /// contiguous halves and vectorise directly, the interleaved layout's are even/odd lanes.
-/// x is checked for inf/NaN in the same pass (one read of memory, not two): on a non-finite
-/// value the `tvlab::Error` naming `x` is thrown after the pass, and x then holds rotated values.
+/// x is checked for inf/NaN, and the result for overflow, in the same pass (one read of memory, not
+/// two): on a non-finite value the `tvlab::Error` naming `x` is thrown after the pass, and x then
+/// holds rotated values.
 void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, long long position_offset = 0);
 
 /// @ingroup ch02

@@ -49,7 +49,9 @@ void validate_rope_config(const char* function, const RopeConfig& cfg);
 /// Checks the inputs of applying RoPE, shared by every backend: x `[heads, seq, head_dim]` non-empty,
 /// finite, head_dim even; `freqs.inv_freq` of length head_dim / 2 and finite; a positive
 /// attention factor; position_offset >= 0.
-/// `check_x_values = false` skips the scan of x for non-finite values, for a backend that checks
+/// Also: the largest angle \f$ m\,\theta_i \f$ finite, and (with check_x_values)
+/// \f$ \sqrt2\,a_f \max|x| \f$ within float's range.
+/// `check_x_values = false` skips the scans of x, for a backend that checks
 /// them while it rotates (one pass over memory instead of two).
 void validate_rope_input(const char* function, const Tensor3& x, const RopeFrequencies& freqs, long long position_offset,
                          bool check_x_values = true);

@@ -12,7 +12,8 @@ namespace tvlab::ref {
 /// - default: \f$ \theta_i = \beta^{-2i/d} \f$, \f$ i = 0 \dots d/2 - 1 \f$, \f$ \beta \f$ = `rope_theta`;
 /// - linear (position interpolation): \f$ \theta_i / s \f$;
 /// - dynamic (NTK): for `seq_len` \f$ n > L \f$ the base becomes
-///   \f$ \beta\,\big(s n / L - (s - 1)\big)^{d/(d-2)} \f$, else default;
+///   \f$ \beta\,\big(s n / L - (s - 1)\big)^{d/(d-2)} \f$, else default; here \f$ L \f$ is
+///   `max_position_embeddings`, as in Hugging Face;
 /// - yarn: per pair, a ramp \f$ \gamma_i \in [0, 1] \f$ over the pair index between the correction
 ///   dimensions of `beta_fast` and `beta_slow` rotations in the original length \f$ L \f$ blends
 ///   \f$ \theta_i \f$ (extrapolation, \f$ \gamma_i = 1 \f$) with \f$ \theta_i / s \f$ (interpolation),
@@ -23,7 +24,8 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len = 0);
 /// @ingroup ch02
 /// DeepSeek's softmax-scale multiplier for YaRN (DeepSeek-V2/V3, and Hugging Face's DeepSeek
 /// attention): \f$ \big(0.1\,\mu \ln s + 1\big)^2 \f$ with \f$ \mu \f$ = `mscale_all_dim`, for
-/// rope_type yarn with \f$ s > 1 \f$ and mscale_all_dim set and non-zero; 1 otherwise. The
+/// any rope_type but default with mscale_all_dim set and non-zero (Hugging Face's
+/// `yarn_apply_mscale`); 1 otherwise. The
 /// attention scale becomes \f$ (1/\sqrt{d_{qk}}) \f$ times this, while cos/sin carry only the ratio
 /// mscale / mscale_all_dim (1 for V3): the temperature moves from q and k into the softmax.
 double deepseek_softmax_scale_factor(const RopeScaling& scaling);
