@@ -31,7 +31,7 @@ RopeFrequencies llama_frequencies(int head_dim) {
   return ref::rope_frequencies(cfg);
 }
 
-// RoPE traffic: read x and write it back, 2 * heads * seq * d * 4 bytes (the cos/sin cache is
+// RoPE traffic (compared with stream_scale_inplace, the same bytes): read x and write it back, 2 * heads * seq * d * 4 bytes (the cos/sin cache is
 // seq * d floats, reused by every head, and stays in cache).
 int64_t rope_bytes(const benchmark::State& s, std::size_t heads, std::size_t seq, std::size_t d) {
   return static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(2 * heads * seq * d * sizeof(float));

@@ -365,7 +365,8 @@ void step_through(const Options& o, const Inputs& in) {
   const bool interleaved = in.layout == RopeLayout::interleaved;
   out << "RoPE and ALiBi, head 0 (seq " << seq << ", head_dim " << d << ", base " << o.theta << ", "
       << (interleaved ? "pairs (2i, 2i+1)" : "pairs (i, i + d/2)") << ")\n";
-  print_step(out, 1, "frequencies theta_i = base^(-2i/d) (" + o.rope_type + ") and wavelengths 2 pi / theta_i");
+  print_step(out, 1, "frequencies theta_i (base^(-2i/d), then scaled by rope_type " + o.rope_type +
+                         ") and wavelengths 2 pi / theta_i");
   DTensor2 freq = DTensor2::from_shape({2, pairs});
   for (std::size_t i = 0; i < pairs; ++i) {
     freq(0, i) = in.freqs.inv_freq(i);
@@ -417,7 +418,7 @@ void step_through(const Options& o, const Inputs& in) {
   print_matrix(out, "(R_m q) . (R_n k) / sqrt(d)", scores);
 
   const DTensor1 slopes = ref::alibi_slopes(static_cast<int>(in.q.shape()[0]));
-  print_step(out, 5, "ALiBi: head slopes m_h = 2^(-8h/n) and head 0's causal bias -m_0 (i - j)");
+  print_step(out, 5, "ALiBi: head slopes m_h (2^(-8h/n) when n is a power of two) and head 0's causal bias -m_0 (i - j)");
   print_matrix(out, "m_h", DTensor2(xt::reshape_view(slopes, {std::size_t{1}, slopes.size()})));
   const Tensor3 bias = ref::alibi_bias(static_cast<int>(in.q.shape()[0]), static_cast<long long>(seq),
                                        static_cast<long long>(seq), ref::AlibiMode::causal);

@@ -89,11 +89,11 @@ Tensor3 alibi_bias(int num_heads, long long seq_q, long long seq_k, AlibiMode mo
   // 2p-head series for the remaining n - p heads.
   auto series = [](int n) {
     std::vector<double> m;
-    for (int h = 0; h < n; ++h) m.push_back(std::pow(2.0, -8.0 * (h + 1) / n));
+    for (int h = 0; h < n; ++h) m.push_back(std::exp2(-8.0 * (h + 1) / n));
     return m;
   };
   int p = 1;
-  while (2 * p <= num_heads) p *= 2;
+  while (p <= num_heads / 2) p *= 2;
   std::vector<double> slopes = series(p);
   const std::vector<double> doubled = series(2 * p);
   for (int k = 0; p + k < num_heads; ++k) slopes.push_back(doubled[static_cast<std::size_t>(2 * k)]);

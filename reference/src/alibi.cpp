@@ -8,10 +8,10 @@
 namespace tvlab::ref {
 namespace {
 
-// m_h = start^(h+1) with start = 2^(-8/n), for n a power of two.
+// m_h = start^(h+1) with start = 2^(-8/n), for n a power of two; computed as 2^(-8(h+1)/n),
+// exact whenever 8(h+1)/n is an integer (the authors' start^(h+1) rounds in the last bit).
 void power_of_two_slopes(int n, std::vector<double>& out) {
-  const double start = std::pow(2.0, -8.0 / n);
-  for (int h = 0; h < n; ++h) out.push_back(std::pow(start, h + 1));
+  for (int h = 0; h < n; ++h) out.push_back(std::exp2(-8.0 * (h + 1) / n));
 }
 
 }  // namespace
@@ -20,7 +20,7 @@ DTensor1 alibi_slopes(int num_heads) {
   require_positive("alibi_slopes", "num_heads", num_heads);
   std::vector<double> slopes;
   int p = 1;
-  while (p * 2 <= num_heads) p *= 2;  // largest power of two <= num_heads
+  while (p <= num_heads / 2) p *= 2;  // largest power of two <= num_heads (no overflow)
   power_of_two_slopes(p, slopes);
   if (p < num_heads) {
     // The remaining n - p heads take slopes 0, 2, 4, ... of the 2p-head series: they fall

@@ -1,5 +1,7 @@
 #include "tvlab/ref/learned_positions.hpp"
 
+#include <algorithm>
+
 #include "tvlab/core/error.hpp"
 
 namespace tvlab::ref {
@@ -10,7 +12,8 @@ Tensor2 learned_position_embedding(const Tensor2& table, long long first_positio
   require(first_position >= 0, fn, "first_position (", first_position, ") must be >= 0");
   require_positive(fn, "count", count);
   const auto rows = static_cast<long long>(table.shape()[0]);
-  require(first_position + count <= rows, fn, "position ", first_position + count - 1,
+  // count <= rows - first_position, written so that first_position + count cannot overflow.
+  require(count <= rows - first_position, fn, "position ", std::max(first_position, rows),
           " has no row: the learned table has max_positions = ", rows,
           " rows (positions 0 .. ", rows - 1, "), and a lookup table cannot extrapolate");
   Tensor2 out = Tensor2::from_shape({static_cast<std::size_t>(count), table.shape()[1]});

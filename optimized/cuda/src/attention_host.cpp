@@ -50,7 +50,7 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
   if (cfg.additive_mask) additive = DeviceBuffer<float>(cfg.additive_mask->data(), cfg.additive_mask->size());
   // Chapter 02: ALiBi slopes go to the softmax kernel; RoPE rotates the device copies of q and k
   // in place (table in double on the host, covering the key positions; query i uses row seq_k - seq_q + i).
-  DeviceBuffer<float> slopes;
+  DeviceBuffer<float> slopes, dcos, dsin;  // live until the function returns, after every launch
   if (cfg.alibi_slopes) {
     const std::vector<float> m(cfg.alibi_slopes->begin(), cfg.alibi_slopes->end());
     slopes = DeviceBuffer<float>(m.data(), m.size());
@@ -58,7 +58,8 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
   if (cfg.rope) {
     const opt::RopeCache cache =
         opt::make_rope_cache(cfg.rope->freqs, cfg.rope->first_position, static_cast<long long>(args.seq_k));
-    DeviceBuffer<float> dcos(cache.cos.data(), cache.cos.size()), dsin(cache.sin.data(), cache.sin.size());
+    dcos = DeviceBuffer<float>(cache.cos.data(), cache.cos.size());
+    dsin = DeviceBuffer<float>(cache.sin.data(), cache.sin.size());
     const bool interleaved = cfg.rope->layout == RopeLayout::interleaved;
     const std::size_t query_row = (args.seq_k - args.seq_q) * cache.pairs;
     device::apply_rope_inplace(dq.get(), args.heads * args.seq_q, args.seq_q, args.head_dim, dcos.get() + query_row,

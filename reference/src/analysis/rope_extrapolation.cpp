@@ -81,7 +81,7 @@ std::vector<ExtensionMethod> extension_methods(int head_dim, double base, long l
 std::vector<ExtrapolationRow> rope_extrapolation(int head_dim, double base, long long L, double s, int samples,
                                                  std::uint64_t seed) {
   const char* fn = "rope_extrapolation";
-  require(head_dim > 0 && head_dim % 2 == 0, fn, "head_dim (", head_dim, ") must be positive and even");
+  require(head_dim > 2 && head_dim % 2 == 0, fn, "head_dim (", head_dim, ") must be even and > 2");
   require(L >= 64, fn, "original_length (", L, ") must be >= 64 (the short range is 64 positions)");
   require(std::isfinite(s) && s >= 1.0, fn, "factor (", s, ") must be finite and >= 1");
   require_positive(fn, "samples", samples);

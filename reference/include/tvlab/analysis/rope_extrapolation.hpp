@@ -42,7 +42,7 @@ struct ExtrapolationRow {
 /// Runs the experiment for every method of `extension_methods` with `samples` random (q, k)
 /// pairs of N(0, 1) entries (deterministic for a seed). cos/sin are not multiplied by YaRN's
 /// attention factor here: the temperature scales every logit alike and is reported apart.
-/// Throws `tvlab::Error` for head_dim odd or <= 0, original_length < 64, factor < 1, samples <= 0.
+/// Throws `tvlab::Error` for head_dim odd or <= 2, original_length < 64, factor < 1, samples <= 0.
 std::vector<ExtrapolationRow> rope_extrapolation(int head_dim, double base, long long original_length, double factor,
                                                  int samples, std::uint64_t seed);
 
