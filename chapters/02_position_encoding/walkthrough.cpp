@@ -144,10 +144,10 @@ std::vector<DocumentCheck> document_checks() {
                            1e4 * std::pow(4.0, 128.0 / 126.0), fixed(ntk, 3)));
   const RopeFrequencies ntk_freqs = ref::rope_frequencies(rope_config(128, ntk, "default", 1, 4096));
   const double lowest_ratio = plain.inv_freq(63) / ntk_freqs.inv_freq(63);
-  c.push_back(statement("000 L329", "NTK-aware: which frequencies move",
-                        "all frequencies lowered; alpha^(d/(d-2)) keeps the high frequencies in range",
-                        "theta_0 = 1 for any base (unchanged); the lowest is divided by exactly alpha (" +
-                            fixed(lowest_ratio, 6) + ")",
+  c.push_back(statement("000 L329", "NTK-aware: what alpha^(d/(d-2)) is for",
+                        "keeps the high-frequency angles in the trained range",
+                        "the fast pairs barely move (theta_0 = 1 for any base); it brings the slow pairs into range, "
+                        "the slowest divided by exactly alpha (" + fixed(lowest_ratio, 6) + ")",
                         false));
   c.push_back(statement("000 L335", "which method scales every frequency alike (\"one cut for all\")", "NTK-aware",
                         "PI (linear): theta_i / s for every i; NTK-aware scales pair i by alpha^(-2i/(d-2)), 1 to 1/alpha",

@@ -72,7 +72,7 @@ TEST_P(Rope, matches_the_complex_rotation_oracle) {
     for (RopeLayout layout : {RopeLayout::interleaved, RopeLayout::half_split}) {
       // Elementwise: x_a cos - x_b sin with the angle in double, one rounding to float: a few ulp
       // of |x|. Positions near 1e5 put the angle at ~1e5 rad, where a float angle would be off by
-      // ~0.01; cos/sin must be formed from a double angle.
+      // up to 0.004 rad; cos/sin must be formed from a double angle.
       EXPECT_TRUE(matches(impl.apply_rope(x, f, layout, c.offset), rope_oracle(x, f, layout, c.offset), {2e-6, 4e-7},
                           {"apply_rope, head_dim " + std::to_string(c.head_dim) + ", offset " + std::to_string(c.offset) +
                                (layout == RopeLayout::interleaved ? ", interleaved" : ", half_split"),
