@@ -12,6 +12,7 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/opt/rope.hpp"
 #include "tvlab/ref/alibi.hpp"
+#include "tvlab/opt/learned_positions.hpp"
 #include "tvlab/ref/learned_positions.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/sinusoidal.hpp"
@@ -125,6 +126,7 @@ TEST(Ch02LearnedPositions, lookup_returns_rows_and_fails_beyond_the_table) {
   const Tensor2 rows = ref::learned_position_embedding(table, 5, 3);
   for (std::size_t t = 0; t < 3; ++t)
     for (std::size_t c = 0; c < 4; ++c) EXPECT_EQ(rows(t, c), table(5 + t, c));
+  EXPECT_EQ(opt::learned_position_embedding(table, 5, 3), rows);  // the same function under opt
   // Position 8 does not exist: the error names the position and the table size.
   EXPECT_TRUE(throws_error_naming([&] { ref::learned_position_embedding(table, 6, 3); },
                                   {"learned_position_embedding", "position 8", "max_positions = 8"}));
