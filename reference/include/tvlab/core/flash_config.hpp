@@ -1,0 +1,43 @@
+#pragma once
+/// @file
+/// Configuration and result of flash attention (chapter 04), shared by every backend.
+
+#include <cstddef>
+#include <optional>
+
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab {
+
+/// What flash attention computes (the same scores as chapter 00's attention with `causal` and
+/// `scale`) and how it tiles the work: query tiles of `block_q` rows (\f$ B_r \f$ in the papers),
+/// key/value tiles of `block_k` rows (\f$ B_c \f$). The tiles change the order of the arithmetic,
+/// never the result.
+struct FlashConfig {
+  bool causal = false;          ///< query i sees keys j <= i + (seq_k - seq_q), as in chapter 00
+  std::optional<double> scale;  ///< default \f$ 1/\sqrt{d_k} \f$
+  std::size_t block_q = 64;     ///< \f$ B_r \f$: query rows per tile
+  std::size_t block_k = 64;     ///< \f$ B_c \f$: key/value rows per tile
+};
+
+/// The output of the forward pass and what the backward pass needs from it.
+struct FlashOutput {
+  Tensor3 out;  ///< `[heads, seq_q, head_dim_v]`
+  /// `[heads, seq_q]`: \f$ L_i = m_i + \ln \ell_i = \ln \sum_j e^{S_{ij}} \f$, saved so the backward
+  /// pass can recompute \f$ P_{ij} = e^{S_{ij} - L_i} \f$ without storing P; \f$ -\infty \f$ for a
+  /// query that sees no key.
+  Tensor2 lse;
+  std::size_t tiles_computed = 0;  ///< (query tile, key tile) pairs whose scores were formed
+  std::size_t tiles_skipped = 0;   ///< pairs skipped whole because the causal mask hides them
+};
+
+/// The largest head dimension the flash kernels support (as FlashAttention-2).
+inline constexpr std::size_t kFlashMaxHeadDim = 256;
+
+/// Checks q `[heads, seq_q, d]`, k `[heads, seq_k, d]`, v `[heads, seq_k, d_v]` and cfg for
+/// `function` (everything chapter 00's attention checks, plus head_dim and head_dim_v <= 256 and
+/// positive tile sizes) and returns the score scale. Throws `tvlab::Error` naming the parameter.
+double validate_flash(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                      const FlashConfig& cfg);
+
+}  // namespace tvlab

@@ -1,0 +1,73 @@
+#include "tvlab/ref/flash_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace tvlab::ref {
+
+FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
+  const double scale = validate_flash("flash_attention_forward", q, k, v, cfg);
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
+  const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift (seq_q <= seq_k)
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+
+  FlashOutput result{Tensor3::from_shape({heads, seq_q, d_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
+  for (std::size_t h = 0; h < heads; ++h) {
+    for (std::size_t r0 = 0; r0 < seq_q; r0 += cfg.block_q) {  // query tile Q_i: rows [r0, r1)
+      const std::size_t r1 = std::min(seq_q, r0 + cfg.block_q), rows = r1 - r0;
+      // Per row of the tile: m = -inf, l = 0, O~ = 0.
+      std::vector<double> m(rows, neg_inf), l(rows, 0.0), o(rows * d_v, 0.0);
+      for (std::size_t c0 = 0; c0 < seq_k; c0 += cfg.block_k) {  // key/value tile K_j, V_j: rows [c0, c1)
+        const std::size_t c1 = std::min(seq_k, c0 + cfg.block_k), cols = c1 - c0;
+        // Causal: the tile's last query (r1 - 1) sees keys up to r1 - 1 + shift; a tile that starts
+        // later is masked for every row, and so is every tile after it.
+        if (cfg.causal && c0 > r1 - 1 + shift) {
+          result.tiles_skipped += (seq_k - c0 + cfg.block_k - 1) / cfg.block_k;
+          break;
+        }
+        ++result.tiles_computed;
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t i = r0 + r;
+          // S = scale * q_i K_j^T, -inf where the causal mask hides the key.
+          std::vector<double> s(cols, neg_inf);
+          double tile_max = neg_inf;
+          for (std::size_t c = 0; c < cols; ++c) {
+            const std::size_t j = c0 + c;
+            if (cfg.causal && j > i + shift) continue;
+            double dot = 0.0;
+            for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(q(h, i, e)) * k(h, j, e);
+            s[c] = scale * dot;
+            tile_max = std::max(tile_max, s[c]);
+          }
+          // m' = max(m, rowmax(S)); nothing to add when the whole row of the tile is masked.
+          const double m_new = std::max(m[r], tile_max);
+          if (m_new == neg_inf) continue;
+          // P~ = e^{S - m'}; l' = e^{m - m'} l + rowsum(P~); O~' = e^{m - m'} O~ + P~ V_j.
+          const double correction = m[r] == neg_inf ? 0.0 : std::exp(m[r] - m_new);
+          l[r] *= correction;
+          for (std::size_t e = 0; e < d_v; ++e) o[r * d_v + e] *= correction;
+          for (std::size_t c = 0; c < cols; ++c) {
+            if (s[c] == neg_inf) continue;
+            const double p = std::exp(s[c] - m_new);
+            l[r] += p;
+            for (std::size_t e = 0; e < d_v; ++e) o[r * d_v + e] += p * v(h, c0 + c, e);
+          }
+          m[r] = m_new;
+        }
+      }
+      // O_i = O~ / l; L_i = m + ln l (a row that saw no key: O = 0, L = -inf).
+      for (std::size_t r = 0; r < rows; ++r) {
+        const bool seen = l[r] > 0.0;
+        for (std::size_t e = 0; e < d_v; ++e)
+          result.out(h, r0 + r, e) = seen ? static_cast<float>(o[r * d_v + e] / l[r]) : 0.0f;
+        result.lse(h, r0 + r) = seen ? static_cast<float>(m[r] + std::log(l[r])) : -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace tvlab::ref

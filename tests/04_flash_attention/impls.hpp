@@ -1,0 +1,26 @@
+#pragma once
+// Chapter 04's implementation registry: the online softmax and flash attention's forward pass.
+
+#include <cstddef>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tvlab/core/flash_config.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::ch04 {
+
+struct Impl {
+  std::string name;
+  bool needs_device = false;
+  std::function<Tensor2(const Tensor2&, std::size_t)> online_softmax;
+  std::function<FlashOutput(const Tensor3&, const Tensor3&, const Tensor3&, const FlashConfig&)> flash_forward;
+};
+
+const std::vector<Impl>& registry();
+
+inline void PrintTo(const Impl& impl, std::ostream* out) { *out << impl.name; }
+
+}  // namespace tvlab::ch04
