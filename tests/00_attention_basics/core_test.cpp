@@ -128,6 +128,59 @@ TEST(Core, fp16_round_trip_is_round_to_nearest_even) {
   EXPECT_TRUE(std::isnan(round_to_fp16(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST(Core, fp8_e4m3_round_trip_is_round_to_nearest_even_and_saturates) {
+  // Every code decodes to a value that encodes back to the same code (NaN aside): the grid.
+  for (int code = 0; code < 256; ++code) {
+    const auto bits = static_cast<std::uint8_t>(code);
+    const float v = e4m3_bits_to_float(bits);
+    if ((code & 0x7F) == 0x7F) {
+      EXPECT_TRUE(std::isnan(v)) << "code " << code;
+      continue;
+    }
+    EXPECT_EQ(float_to_e4m3_bits(v), bits) << "code " << code << ", value " << v;
+  }
+  Rng rng(11);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(rng.normal() * std::pow(2.0, rng.uniform(-11, 8)));
+    if (std::fabs(x) > 448.0f) continue;
+    ASSERT_EQ(round_to_e4m3(x), round_via_neighbours(x, 3, -6)) << "x = " << x;
+  }
+  EXPECT_EQ(e4m3_bits_to_float(0x7E), 448.0f);                 // S.1111.110: the largest value
+  EXPECT_EQ(e4m3_bits_to_float(0x01), 0x1.0p-9f);              // the smallest subnormal
+  EXPECT_EQ(e4m3_bits_to_float(0x08), 0x1.0p-6f);              // the smallest normal
+  EXPECT_EQ(float_to_e4m3_bits(1.0f), 0x38);                   // exponent 7 (bias 7), mantissa 0
+  EXPECT_EQ(round_to_e4m3(1.0f + 0x1.0p-4f), 1.0f);            // a tie: to the even neighbour
+  EXPECT_EQ(round_to_e4m3(1.0f + 3 * 0x1.0p-4f), 1.25f);
+  EXPECT_EQ(round_to_e4m3(0x1.0p-10f), 0.0f);                  // half the smallest subnormal: to even (0)
+  EXPECT_EQ(round_to_e4m3(1000.0f), 448.0f);                   // saturation
+  EXPECT_EQ(round_to_e4m3(-std::numeric_limits<float>::infinity()), -448.0f);
+  EXPECT_TRUE(std::isnan(round_to_e4m3(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(Core, fp8_e5m2_round_trip_is_round_to_nearest_even_with_infinities) {
+  for (int code = 0; code < 256; ++code) {
+    const auto bits = static_cast<std::uint8_t>(code);
+    const float v = e5m2_bits_to_float(bits);
+    if (std::isnan(v)) {
+      EXPECT_GT(code & 0x03, 0) << "only exponent 31 with a mantissa is NaN";
+      continue;
+    }
+    EXPECT_EQ(float_to_e5m2_bits(v), bits) << "code " << code << ", value " << v;
+  }
+  Rng rng(12);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(rng.normal() * std::pow(2.0, rng.uniform(-18, 15)));
+    if (std::fabs(x) > 57344.0f) continue;
+    ASSERT_EQ(round_to_e5m2(x), round_via_neighbours(x, 2, -14)) << "x = " << x;
+  }
+  EXPECT_EQ(e5m2_bits_to_float(0x7B), 57344.0f);
+  EXPECT_EQ(e5m2_bits_to_float(0x01), 0x1.0p-16f);
+  EXPECT_EQ(float_to_e5m2_bits(1.0f), 0x3C);                   // the top byte of fp16's 1.0
+  EXPECT_TRUE(std::isinf(round_to_e5m2(65536.0f)));            // rounds beyond 57344: inf
+  EXPECT_EQ(round_to_e5m2(-std::numeric_limits<float>::infinity()), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(round_to_e5m2(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(Core, error_messages_name_function_and_parameter) {
   try {
     require_positive("gqa", "num_heads", -3);
