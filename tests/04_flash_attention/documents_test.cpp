@@ -1,12 +1,18 @@
-// Chapter 04: the online softmax's state algebra (update and merge), checked on the reference.
+// Chapter 04: the online softmax's state algebra (update and merge) and the IO model of standard
+// and tiled attention, checked on the reference.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "../00_attention_basics/oracle.hpp"
 #include "../common/testing.hpp"
+#include "tvlab/analysis/io_model.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/online_softmax.hpp"
 
@@ -64,6 +70,72 @@ TEST(Ch04OnlineSoftmax, the_empty_state_and_masked_blocks_change_nothing) {
   const std::vector<float> bad = {1.0f, std::numeric_limits<float>::quiet_NaN()};
   EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { ref::online_softmax_update({}, bad); },
                                                   {"online_softmax_update", "block"}));
+}
+
+}  // namespace
+}  // namespace tvlab::ch04
+
+// ------------------------------------------------------------------------------------ IO model
+
+namespace tvlab::ch04 {
+namespace {
+
+// [n, d] -> [1, n, d]
+Tensor3 as_head(const Tensor2& x) {
+  Tensor3 t = Tensor3::from_shape({1, x.shape()[0], x.shape()[1]});
+  std::copy(x.begin(), x.end(), t.begin());
+  return t;
+}
+
+TEST(Ch04IoModel, instrumented_runs_compute_attention_and_match_the_closed_form_counts) {
+  for (const auto& [n, d, sram] : {std::tuple<std::size_t, std::size_t, std::size_t>{64, 16, 1024},
+                                   {100, 8, 300}, {37, 32, 128}, {200, 16, 64 * 16}}) {
+    Rng rng(n + d);
+    const Tensor2 q = rng.normal_matrix(n, d), k = rng.normal_matrix(n, d), v = rng.normal_matrix(n, d);
+    const DTensor3 expected = ch00::sdpa_oracle(as_head(q), as_head(k), as_head(v), {});
+    const analysis::IoRun standard = analysis::standard_attention_io_run(q, k, v);
+    const analysis::IoRun flash = analysis::flash_attention_io_run(q, k, v, sram);
+    const std::string shape = "n " + std::to_string(n) + ", d " + std::to_string(d) + ", M " + std::to_string(sram);
+    // Both runs compute in double and round once to float.
+    EXPECT_TRUE(tvlab::testing::matches(as_head(standard.out), expected, {1e-6, 1e-6}, {"standard run, " + shape, {"h", "i", "d"}, n + d, "", ""}));
+    EXPECT_TRUE(tvlab::testing::matches(as_head(flash.out), expected, {1e-6, 1e-6}, {"flash run, " + shape, {"h", "i", "d"}, n + d, "", ""}));
+    const analysis::IoCount s = analysis::standard_attention_io(n, d), f = analysis::flash_attention_io(n, d, sram);
+    EXPECT_EQ(standard.io.hbm_reads, s.hbm_reads) << shape;
+    EXPECT_EQ(standard.io.hbm_writes, s.hbm_writes) << shape;
+    EXPECT_EQ(standard.io.peak_sram, s.peak_sram) << shape;
+    EXPECT_EQ(flash.io.hbm_reads, f.hbm_reads) << shape;
+    EXPECT_EQ(flash.io.hbm_writes, f.hbm_writes) << shape;
+    EXPECT_EQ(flash.io.peak_sram, f.peak_sram) << shape;
+    // Standard attention moves 4 n^2 + 4 n d elements.
+    const double N = static_cast<double>(n), D = static_cast<double>(d);
+    EXPECT_EQ(standard.io.total(), 4 * N * N + 4 * N * D) << shape;
+    // B_c = ceil(M / 4d), B_r = min(B_c, d).
+    EXPECT_EQ(flash.block_c, (sram + 4 * d - 1) / (4 * d));
+    EXPECT_EQ(flash.block_r, std::min(flash.block_c, d));
+  }
+}
+
+TEST(Ch04IoModel, flash_traffic_falls_as_one_over_m_and_beats_standard_by_about_m_over_3d2) {
+  // Theta(n^2 d^2 / M): per key tile (n / B_c of them, B_c = M / 4d) the whole of Q and O moves,
+  // about 3 n d elements: 12 n^2 d^2 / M in all, against 4 n^2 for standard attention.
+  const std::size_t n = 1 << 16, d = 64;
+  for (std::size_t sram : {std::size_t{1} << 14, std::size_t{1} << 15, std::size_t{1} << 16}) {
+    const double flash = analysis::flash_attention_io(n, d, sram).total();
+    const double twice = analysis::flash_attention_io(n, d, 2 * sram).total();
+    EXPECT_NEAR(flash / twice, 2.0, 0.05) << "M = " << sram;
+    const double ratio = analysis::standard_attention_io(n, d).total() / flash;
+    const double predicted = static_cast<double>(sram) / (3.0 * d * d);
+    EXPECT_NEAR(ratio, predicted, 0.05 * predicted) << "M = " << sram;
+  }
+}
+
+TEST(Ch04IoModel, rejects_memory_too_small_for_a_tile_and_mismatched_inputs) {
+  const Tensor2 x = xt::ones<float>({8, 16});
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { analysis::flash_attention_io_run(x, x, x, 63); },
+                                                  {"flash_attention_io_run", "sram_floats"}));
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { analysis::flash_attention_io(8, 16, 10); }, {"sram_floats"}));
+  const Tensor2 other = xt::ones<float>({7, 16});
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { analysis::standard_attention_io_run(x, other, x); }, {"k", "rows"}));
 }
 
 }  // namespace
