@@ -1,14 +1,22 @@
 #include "impls.hpp"
+#include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/ref/online_softmax.hpp"
 
 namespace tvlab::ch04 {
 
-// The reference so far; the optimized and CUDA versions join this table as they are written.
+// ref, opt (the headline version) and every numbered version of opt's flash forward; CUDA
+// joins this table when its kernels are written.
 const std::vector<Impl>& registry() {
-  static const std::vector<Impl> impls = {
-      {"ref", false, ref::online_softmax, ref::flash_attention_forward},
-  };
+  static const std::vector<Impl> impls = [] {
+    std::vector<Impl> all = {
+        {"ref", false, ref::online_softmax, ref::flash_attention_forward},
+        {"opt", false, nullptr, opt::flash_attention_forward},
+    };
+    for (const auto& variant : opt::flash_variants())
+      all.push_back({"opt_" + variant.name, false, nullptr, variant.function});
+    return all;
+  }();
   return impls;
 }
 

@@ -1,0 +1,39 @@
+#pragma once
+/// @file
+/// Flash attention's forward pass on the CPU (chapter 04). Must match
+/// `tvlab::ref::flash_attention_forward`.
+
+#include <string>
+#include <vector>
+
+#include "tvlab/core/flash_config.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::opt {
+
+/// @ingroup ch04
+/// Version 1: the reference's tiled loops in float, reordered for the hardware. Each
+/// (head, query tile) is an independent task (OpenMP threads over them); its running maximum,
+/// sum and output accumulator live in a per-thread buffer of \f$ B_r (d_v + 2) \f$ floats and the
+/// score tile in \f$ B_r B_c \f$ floats, so no `[seq_q, seq_k]` buffer exists anywhere. Dot products
+/// and the \f$ \tilde P V \f$ accumulation are contiguous `omp simd` loops. Same contract as the
+/// reference (output, log-sum-exp, tile counts).
+FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                       const FlashConfig& cfg = {});
+
+/// One entry of the chapter's variant table: tests and benchmarks iterate over it in order.
+struct FlashVariant {
+  std::string name;    ///< "v1", ...
+  std::string change;  ///< the one improvement over the previous version
+  FlashOutput (*function)(const Tensor3&, const Tensor3&, const Tensor3&, const FlashConfig&);
+};
+
+/// @ingroup ch04
+/// v1, ... in the order the lesson walks them; the last one is the headline version.
+const std::vector<FlashVariant>& flash_variants();
+
+/// @ingroup ch04
+/// The headline version (the last of `flash_variants()`).
+FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
+
+}  // namespace tvlab::opt
