@@ -70,4 +70,55 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
   return result;
 }
 
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const double scale = validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg);
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
+  const std::size_t shift = seq_k - seq_q;
+  std::vector<double> dq(heads * seq_q * d, 0.0), dk(heads * seq_k * d, 0.0), dv(heads * seq_k * d_v, 0.0);
+
+  for (std::size_t h = 0; h < heads; ++h) {
+    // D_i = rowsum(dO_i o O_i): the term that the softmax's Jacobian subtracts.
+    std::vector<double> delta(seq_q, 0.0);
+    for (std::size_t i = 0; i < seq_q; ++i)
+      for (std::size_t e = 0; e < d_v; ++e) delta[i] += static_cast<double>(dout(h, i, e)) * out(h, i, e);
+    for (std::size_t c0 = 0; c0 < seq_k; c0 += cfg.block_k) {  // key/value tile j: rows [c0, c1)
+      const std::size_t c1 = std::min(seq_k, c0 + cfg.block_k);
+      for (std::size_t r0 = 0; r0 < seq_q; r0 += cfg.block_q) {  // query tile i: rows [r0, r1)
+        const std::size_t r1 = std::min(seq_q, r0 + cfg.block_q);
+        if (cfg.causal && c0 > r1 - 1 + shift) continue;  // the causal mask hides the whole tile
+        for (std::size_t i = r0; i < r1; ++i) {
+          if (lse(h, i) == -std::numeric_limits<float>::infinity()) continue;  // saw no key: no gradient
+          for (std::size_t j = c0; j < c1; ++j) {
+            if (cfg.causal && j > i + shift) continue;
+            // P_ij = e^{S_ij - L_i}, recomputed from q, k and the saved L.
+            double dot = 0.0;
+            for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(q(h, i, e)) * k(h, j, e);
+            const double p = std::exp(scale * dot - static_cast<double>(lse(h, i)));
+            // dV_j += P_ij dO_i;  dP_ij = dO_i . V_j.
+            double dp = 0.0;
+            for (std::size_t e = 0; e < d_v; ++e) {
+              dv[(h * seq_k + j) * d_v + e] += p * dout(h, i, e);
+              dp += static_cast<double>(dout(h, i, e)) * v(h, j, e);
+            }
+            // dS_ij = P_ij (dP_ij - D_i); dQ_i += scale dS_ij K_j; dK_j += scale dS_ij Q_i.
+            const double ds = p * (dp - delta[i]);
+            for (std::size_t e = 0; e < d; ++e) {
+              dq[(h * seq_q + i) * d + e] += scale * ds * k(h, j, e);
+              dk[(h * seq_k + j) * d + e] += scale * ds * q(h, i, e);
+            }
+          }
+        }
+      }
+    }
+  }
+  auto to_float = [](const std::vector<double>& x, std::size_t a, std::size_t b, std::size_t c) {
+    Tensor3 t = Tensor3::from_shape({a, b, c});
+    std::transform(x.begin(), x.end(), t.begin(), [](double value) { return static_cast<float>(value); });
+    return t;
+  };
+  return {to_float(dq, heads, seq_q, d), to_float(dk, heads, seq_k, d), to_float(dv, heads, seq_k, d_v)};
+}
+
 }  // namespace tvlab::ref

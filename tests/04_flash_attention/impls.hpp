@@ -1,5 +1,6 @@
 #pragma once
-// Chapter 04's implementation registry: the online softmax and flash attention's forward pass.
+// Chapter 04's implementation registry: the online softmax and flash attention's forward and
+// backward passes.
 
 #include <cstddef>
 #include <functional>
@@ -17,6 +18,9 @@ struct Impl {
   bool needs_device = false;
   std::function<Tensor2(const Tensor2&, std::size_t)> online_softmax;
   std::function<FlashOutput(const Tensor3&, const Tensor3&, const Tensor3&, const FlashConfig&)> flash_forward;
+  std::function<FlashGrads(const Tensor3&, const Tensor3&, const Tensor3&, const Tensor3&, const Tensor2&, const Tensor3&,
+                           const FlashConfig&)>
+      flash_backward;
 };
 
 const std::vector<Impl>& registry();

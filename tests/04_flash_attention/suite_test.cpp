@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "../00_attention_basics/oracle.hpp"
 #include "../common/registry.hpp"
@@ -192,6 +194,150 @@ TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch04, Flash, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::flash_forward)),
+                         tvlab::testing::ImplName());
+
+// ------------------------------------------------------------------------------ flash backward
+
+class FlashBackward : public ::testing::TestWithParam<Impl> {};
+
+// Gradients of L = sum dO o O through the full matrices, in double, independent of any tiling:
+// P = softmax(S), dV = P^T dO, dP = dO V^T, dS = P o (dP - rowsum(dP o P)), dQ = scale dS K,
+// dK = scale dS^T Q.
+struct DoubleGrads {
+  DTensor3 dq, dk, dv;
+};
+
+DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& dout, bool causal) {
+  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2], dv = v.shape()[2];
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  DoubleGrads g{xt::zeros<double>({heads, nq, d}), xt::zeros<double>({heads, nk, d}), xt::zeros<double>({heads, nk, dv})};
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < nq; ++i) {
+      std::vector<double> p(nk, 0.0), dp(nk, 0.0);
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::size_t j = 0; j < nk; ++j) {
+        if (causal && j + nq > i + nk) continue;
+        double dot = 0;
+        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q(h, i, c)) * k(h, j, c);
+        p[j] = scale * dot;
+        m = std::max(m, p[j]);
+      }
+      double l = 0;
+      for (std::size_t j = 0; j < nk; ++j) l += (causal && j + nq > i + nk) ? 0.0 : std::exp(p[j] - m);
+      double weighted = 0;  // rowsum(dP o P)
+      for (std::size_t j = 0; j < nk; ++j) {
+        p[j] = (causal && j + nq > i + nk) ? 0.0 : std::exp(p[j] - m) / l;
+        for (std::size_t c = 0; c < dv; ++c) dp[j] += static_cast<double>(dout(h, i, c)) * v(h, j, c);
+        weighted += dp[j] * p[j];
+      }
+      for (std::size_t j = 0; j < nk; ++j) {
+        const double ds = p[j] * (dp[j] - weighted);
+        for (std::size_t c = 0; c < dv; ++c) g.dv(h, j, c) += p[j] * dout(h, i, c);
+        for (std::size_t c = 0; c < d; ++c) {
+          g.dq(h, i, c) += scale * ds * k(h, j, c);
+          g.dk(h, j, c) += scale * ds * q(h, i, c);
+        }
+      }
+    }
+  return g;
+}
+
+TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrices) {
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  for (const FlashCase& c : kCases) {
+    if (c.head_dim > 64 || c.seq_k > 150) continue;  // the double oracle is O(n^2 d) per head
+    const std::uint64_t seed = 300 + c.seq_k;
+    Rng rng(seed);
+    const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim_v), dout = rng.normal_tensor(c.heads, c.seq_q, c.head_dim_v);
+    FlashConfig cfg;
+    cfg.causal = c.causal;
+    cfg.block_q = c.block_q;
+    cfg.block_k = c.block_k;
+    // The forward pass of the reference supplies out and lse (the backward's inputs).
+    const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
+    const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
+    const DoubleGrads want = gradient_oracle(q, k, v, dout, c.causal);
+    // Each gradient is a sum over up to seq_k (or seq_q) terms of products of O(1) values whose
+    // inputs (out, lse) carry float rounding: rtol = 10 eps sqrt(K), atol = rtol times the largest
+    // magnitude of the gradient (cancellation in dS = P (dP - D) makes relative error meaningless
+    // near zero).
+    const double rtol = tvlab::testing::reduction_rtol(std::max({c.head_dim, c.seq_k, c.seq_q}));
+    auto check = [&](const Tensor3& g, const DTensor3& w, const std::string& name) {
+      const double scale = std::max(1.0, static_cast<double>(xt::amax(xt::abs(w))()));
+      EXPECT_TRUE(matches(g, w, {10 * rtol * scale, rtol},
+                          {"flash_attention_backward " + name + ", " + c.label, {"h", "i", "d"}, seed, "",
+                           "recompute P from the saved log-sum-exp: P = exp(S - L)"}));
+    };
+    check(got.dq, want.dq, "dq");
+    check(got.dk, want.dk, "dk");
+    check(got.dv, want.dv, "dv");
+  }
+}
+
+TEST_P(FlashBackward, agrees_with_finite_differences_of_the_forward_pass) {
+  // L(q, k, v) = sum dO o O, O from chapter 00's double oracle; central differences in double on
+  // a few entries of q, k and v, stepping by an exactly representable h.
+  const Impl& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  Rng rng(77);
+  const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 12, 8), v = rng.normal_tensor(2, 12, 8);
+  const Tensor3 dout = rng.normal_tensor(2, 9, 8);
+  FlashConfig cfg;
+  cfg.causal = true;
+  cfg.block_q = 4;
+  cfg.block_k = 5;
+  AttentionConfig same;
+  same.causal = true;
+  const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
+  const FlashGrads g = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
+  auto loss = [&](const Tensor3& qq, const Tensor3& kk, const Tensor3& vv) {
+    const DTensor3 o = ch00::sdpa_oracle(qq, kk, vv, same);
+    double sum = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) sum += o.data()[i] * dout.data()[i];
+    return sum;
+  };
+  const float h = 0x1.0p-10f;
+  struct Probe {
+    const char* name;
+    int which;  // 0 q, 1 k, 2 v
+    std::size_t a, b, c;
+  };
+  for (const Probe& p : {Probe{"dq", 0, 0, 3, 2}, Probe{"dq", 0, 1, 8, 7}, Probe{"dk", 1, 0, 0, 1}, Probe{"dk", 1, 1, 11, 4},
+                         Probe{"dv", 2, 0, 5, 0}, Probe{"dv", 2, 1, 2, 6}}) {
+    Tensor3 plus[3] = {q, k, v}, minus[3] = {q, k, v};
+    plus[p.which](p.a, p.b, p.c) += h;
+    minus[p.which](p.a, p.b, p.c) -= h;
+    const double numeric = (loss(plus[0], plus[1], plus[2]) - loss(minus[0], minus[1], minus[2])) / (2.0 * h);
+    const Tensor3& analytic = p.which == 0 ? g.dq : p.which == 1 ? g.dk : g.dv;
+    // Central differences: truncation error O(h^2) ~ 1e-6 times third derivatives of O(1).
+    EXPECT_NEAR(analytic(p.a, p.b, p.c), numeric, 1e-4 + 1e-4 * std::fabs(numeric))
+        << p.name << "(" << p.a << ", " << p.b << ", " << p.c << ")";
+  }
+}
+
+TEST_P(FlashBackward, rejects_bad_input_naming_the_parameter) {
+  const Impl& impl = GetParam();
+  const Tensor3 x = xt::ones<float>({1, 4, 8});
+  const Tensor2 lse = xt::zeros<float>({1, 4});
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, lse, Tensor3(xt::ones<float>({1, 3, 8})), {}); },
+                                  {"flash_attention_backward", "dout"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, Tensor3(xt::ones<float>({1, 4, 6})), lse, x, {}); },
+                                  {"out", "head_dim"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, Tensor2(xt::zeros<float>({2, 4})), x, {}); },
+                                  {"lse", "heads"}));
+  Tensor3 bad = x;
+  bad(0, 1, 1) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, lse, bad, {}); }, {"dout"}));
+  Tensor2 nan_lse = lse;
+  nan_lse(0, 2) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, nan_lse, x, {}); }, {"lse"}));
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashBackward);
+INSTANTIATE_TEST_SUITE_P(Ch04, FlashBackward,
+                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::flash_backward)),
                          tvlab::testing::ImplName());
 
 }  // namespace

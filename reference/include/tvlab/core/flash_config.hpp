@@ -31,6 +31,11 @@ struct FlashOutput {
   std::size_t tiles_skipped = 0;   ///< pairs skipped whole because the causal mask hides them
 };
 
+/// Gradients of a scalar loss with respect to q, k, v (same shapes as q, k, v).
+struct FlashGrads {
+  Tensor3 dq, dk, dv;
+};
+
 /// The largest head dimension the flash kernels support (as FlashAttention-2).
 inline constexpr std::size_t kFlashMaxHeadDim = 256;
 
@@ -39,5 +44,11 @@ inline constexpr std::size_t kFlashMaxHeadDim = 256;
 /// positive tile sizes) and returns the score scale. Throws `tvlab::Error` naming the parameter.
 double validate_flash(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
                       const FlashConfig& cfg);
+
+/// The checks of `validate_flash`, plus those of the backward pass's extra inputs: `out` and
+/// `dout` `[heads, seq_q, head_dim_v]` and `lse` `[heads, seq_q]`, finite (lse may be -inf for a
+/// query that sees no key). Returns the score scale.
+double validate_flash_backward(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                               const Tensor3& out, const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg);
 
 }  // namespace tvlab

@@ -20,4 +20,16 @@ namespace tvlab::ref {
 /// Equal to `ref::scaled_dot_product_attention` with the same causal flag and scale.
 FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
 
+/// @ingroup ch04
+/// Algorithm 2 of FlashAttention-2: the backward pass, recomputing the attention weights tile by
+/// tile from the saved log-sum-exp instead of storing P. With \f$ D_i = \sum_e dO_{ie} O_{ie} \f$,
+/// for each key tile \f$ j \f$ and each query tile \f$ i \f$ it sees:
+/// \f[ P = e^{\text{scale}\,Q_i K_j^\top - L_i},\quad dV_j \mathrel{+}= P^\top dO_i,\quad
+///     dP = dO_i V_j^\top,\quad dS = P \circ (dP - D_i),\quad
+///     dQ_i \mathrel{+}= \text{scale}\,dS\,K_j,\quad dK_j \mathrel{+}= \text{scale}\,dS^\top Q_i. \f]
+/// `out` and `lse` come from `flash_attention_forward` with the same cfg; `dout` is
+/// \f$ \partial \mathcal{L} / \partial O \f$. Arithmetic in double.
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
+
 }  // namespace tvlab::ref
