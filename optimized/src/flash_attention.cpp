@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "detail/flash_tiles.hpp"
+
 namespace tvlab::opt {
 
 // ---------------------------------------------------------------------------------------- v1
@@ -100,10 +102,131 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
   return result;
 }
 
+// ---------------------------------------------------------------------------------------- v2
+
+namespace {
+
+std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
+  using detail::FloatBatch;
+  using detail::kLanes;
+  const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
+  const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift
+  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
+  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  // Tile widths padded to whole micro-kernel blocks; the padding is zeros in K^T and V.
+  const std::size_t bc_pad = round_up(bc, detail::kTileCols), dv_pad = round_up(d_v, detail::kTileCols);
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+  // Pack every key tile once, shared by all query tiles of its head: K_j transposed to
+  // [d, bc_pad] (the score micro-kernel then loads contiguous keys) and V_j to [bc, dv_pad].
+  // Together the size of K and V: no [seq_q, seq_k] buffer.
+  const std::size_t kt_tile = d * bc_pad, v_tile = bc * dv_pad;
+  std::vector<float> kt(heads * k_tiles * kt_tile, 0.0f), vp(heads * k_tiles * v_tile, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
+    const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
+    const std::size_t cols = std::min(bc, seq_k - c0);
+    float* ktile = kt.data() + static_cast<std::size_t>(t) * kt_tile;
+    float* vtile = vp.data() + static_cast<std::size_t>(t) * v_tile;
+    for (std::size_t c = 0; c < cols; ++c) {
+      const float* krow = k.data() + (h * seq_k + c0 + c) * d;
+      for (std::size_t e = 0; e < d; ++e) ktile[e * bc_pad + c] = krow[e];
+      const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
+      std::copy(vrow, vrow + d_v, vtile + c * dv_pad);
+    }
+  }
+
+  FlashOutput result{Tensor3::from_shape({heads, seq_q, d_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
+  const int threads = omp_get_max_threads();
+  // Per thread: the score tile [br, bc_pad], the accumulator O~ [br, dv_pad], and m, l per row.
+  const std::size_t per_thread = br * bc_pad + br * dv_pad + 2 * br;
+  std::vector<float> scratch(static_cast<std::size_t>(threads) * per_thread);
+  std::size_t computed = 0, skipped = 0;
+
+#pragma omp parallel for schedule(dynamic) num_threads(threads) reduction(+ : computed, skipped)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * q_tiles); ++task) {
+    const std::size_t h = static_cast<std::size_t>(task) / q_tiles, r0 = (static_cast<std::size_t>(task) % q_tiles) * br;
+    const std::size_t rows = std::min(br, seq_q - r0);
+    float* s = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* o = s + br * bc_pad;
+    float* m = o + br * dv_pad;
+    float* l = m + br;
+    std::fill(o, o + rows * dv_pad, 0.0f);
+    std::fill(m, m + rows, neg_inf);
+    std::fill(l, l + rows, 0.0f);
+
+    for (std::size_t j = 0; j < k_tiles; ++j) {
+      const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
+      if (cfg.causal && c0 > r0 + rows - 1 + shift) {  // this and every later key tile are hidden
+        skipped += k_tiles - j;
+        break;
+      }
+      ++computed;
+      const float* ktile = kt.data() + (h * k_tiles + j) * kt_tile;
+      // S = scale Q_i K_j^T for the whole padded tile (micro-kernel).
+      detail::score_tile(q.data() + (h * seq_q + r0) * d, d, ktile, bc_pad, s, bc_pad, rows, bc_pad, scale);
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* srow = s + r * bc_pad;
+        const std::size_t i = r0 + r;
+        const std::size_t visible = cfg.causal ? std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0) : cols;
+        if (visible == 0) {  // the causal mask hides the whole tile from this row: P row = 0
+          std::fill(srow, srow + bc_pad, 0.0f);
+          continue;
+        }
+        // Masked and padded columns: -inf, so that e^{S - m'} is 0 there.
+        std::fill(srow + visible, srow + bc_pad, neg_inf);
+        // m' = max(m, rowmax S)
+        FloatBatch vmax(neg_inf);
+        for (std::size_t c = 0; c < bc_pad; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
+        alignas(64) float lanes[kLanes];
+        vmax.store_aligned(lanes);
+        const float m_new = std::max(m[r], *std::max_element(lanes, lanes + kLanes));
+        // P~ = e^{S - m'} in place, and its row sum.
+        const FloatBatch vm(m_new);
+        FloatBatch vsum(0.0f);
+        for (std::size_t c = 0; c < bc_pad; c += kLanes) {
+          const FloatBatch e = xsimd::exp(FloatBatch::load_unaligned(srow + c) - vm);
+          e.store_unaligned(srow + c);
+          vsum += e;
+        }
+        // l' = e^{m - m'} l + rowsum P~; O~ row rescaled by e^{m - m'} (0 before the first key).
+        const float correction = m[r] == neg_inf ? 0.0f : std::exp(m[r] - m_new);
+        l[r] = l[r] * correction + xsimd::hadd(vsum);
+        m[r] = m_new;
+        float* orow = o + r * dv_pad;
+        const FloatBatch vc(correction);
+        for (std::size_t e = 0; e < dv_pad; e += kLanes) (FloatBatch::load_unaligned(orow + e) * vc).store_unaligned(orow + e);
+      }
+      // O~ += P~ V_j (micro-kernel).
+      detail::accumulate_pv(s, bc_pad, vp.data() + (h * k_tiles + j) * v_tile, dv_pad, o, rows, cols);
+    }
+    // O = O~ / l, L = m + ln l; a row that saw no key gets O = 0, L = -inf.
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* out = result.out.data() + (h * seq_q + r0 + r) * d_v;
+      const bool seen = l[r] > 0.0f;
+      const float inv_l = seen ? 1.0f / l[r] : 0.0f;
+      for (std::size_t e = 0; e < d_v; ++e) out[e] = o[r * dv_pad + e] * inv_l;
+      result.lse(h, r0 + r) = seen ? m[r] + std::log(l[r]) : neg_inf;
+    }
+  }
+  result.tiles_computed = computed;
+  result.tiles_skipped = skipped;
+  return result;
+}
+
 const std::vector<FlashVariant>& flash_variants() {
   static const std::vector<FlashVariant> variants = {
       {"v1", "the tiled loops in float: threads over (head, query tile), contiguous SIMD dot products and axpys",
        flash_attention_forward_v1},
+      {"v2", "register-blocked SIMD micro-kernels for S = Q K^T and O += P V on K^T and V packed once per tile, "
+             "vectorised online softmax",
+       flash_attention_forward_v2},
   };
   return variants;
 }

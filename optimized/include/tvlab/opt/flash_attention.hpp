@@ -21,6 +21,16 @@ namespace tvlab::opt {
 FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                        const FlashConfig& cfg = {});
 
+/// @ingroup ch04
+/// Version 2: v1 with the two tile products as register-blocked SIMD micro-kernels
+/// (`detail::score_tile`, `detail::accumulate_pv`: a 4-row x 2-register block of accumulators,
+/// 8 FMAs per 2 loads). Every key tile is packed once per head — K transposed to `[d, B_c]` so the
+/// score kernel loads contiguous keys, V to `[B_c, d_v]` — and the online softmax runs on whole
+/// vectors (masked and padded columns set to \f$ -\infty \f$, so \f$ e^{S - m'} = 0 \f$ there). Extra memory:
+/// the packed copy of K and V, and per thread one score tile and one output tile.
+FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                       const FlashConfig& cfg = {});
+
 /// One entry of the chapter's variant table: tests and benchmarks iterate over it in order.
 struct FlashVariant {
   std::string name;    ///< "v1", ...
