@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "../common/bench_support.hpp"
+#include "tvlab/opt/blas_kernel.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/ffn_device.hpp"
 #include "tvlab/cuda/norm_device.hpp"
@@ -137,12 +138,14 @@ BENCHMARK(BM_ffn_swiglu<opt::ffn_swiglu>)->Name("opt_ffn_swiglu")->Args({64, 512
     ->UseRealTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
+  tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead
   benchmark::Initialize(&argc, argv);
   if (tvlab::cuda::device_available()) {
     benchmark::RegisterBenchmark("cuda_rms_norm", BM_cuda_rms_norm)->Args({16384, 4096})->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
+  benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../common/bench_support.hpp"
+#include "tvlab/opt/blas_kernel.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
@@ -167,12 +168,14 @@ BENCHMARK(BM_attention<opt::scaled_dot_product_attention_v2>)->Name("opt_v2_atte
     ->Args({1024, 0})->Args({1024, 1})->Args({1024, 2})->Args({1024, 3})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
+  tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead
   benchmark::Initialize(&argc, argv);
   if (tvlab::cuda::device_available()) {
     benchmark::RegisterBenchmark("cuda_apply_rope", BM_cuda_apply_rope)->Args({32, 4096})->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
+  benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());
   benchmark::AddCustomContext("positions", "0 none, 1 RoPE inside attention, 2 RoPE as a separate pass before, 3 ALiBi");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
