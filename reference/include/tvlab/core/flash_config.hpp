@@ -16,8 +16,8 @@ namespace tvlab {
 struct FlashConfig {
   bool causal = false;          ///< query i sees keys j <= i + (seq_k - seq_q), as in chapter 00
   std::optional<double> scale;  ///< default \f$ 1/\sqrt{d_k} \f$
-  std::size_t block_q = 64;     ///< \f$ B_r \f$: query rows per tile
-  std::size_t block_k = 64;     ///< \f$ B_c \f$: key/value rows per tile
+  std::size_t block_q = 128;    ///< \f$ B_r \f$: query rows per tile
+  std::size_t block_k = 128;    ///< \f$ B_c \f$: key/value rows per tile
 };
 
 /// The output of the forward pass and what the backward pass needs from it.
