@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "tvlab/core/error.hpp"
+
 #include "detail/flash_tiles.hpp"
 
 namespace tvlab::opt {
@@ -15,6 +17,8 @@ namespace tvlab::opt {
 
 FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
+  require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward",
+          "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
   const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift
@@ -114,6 +118,8 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
   using detail::FloatBatch;
   using detail::kLanes;
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
+  require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward",
+          "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
   const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift

@@ -5,10 +5,38 @@
 #include <limits>
 #include <vector>
 
-namespace tvlab::ref {
+#include "tvlab/core/dtype.hpp"
 
-FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
-  const double scale = validate_flash("flash_attention_forward", q, k, v, cfg);
+namespace tvlab::ref {
+namespace {
+
+// x rounded to E4M3 and back, after scaling each group of rows so its largest |x| maps to 448:
+// all of x (per tensor) or `block_rows` rows of one head at a time (per block). Returns the
+// dequantized values x8 / scale, which is what an FP8 tensor-core product sees.
+Tensor3 through_e4m3(const Tensor3& x, Fp8Scaling scaling, std::size_t block_rows) {
+  const std::size_t heads = x.shape()[0], seq = x.shape()[1], width = x.shape()[2];
+  Tensor3 y = x;
+  auto quantize_group = [&](std::size_t first, std::size_t count) {  // `count` floats from `first`
+    float amax = 0.0f;
+    for (std::size_t t = first; t < first + count; ++t) amax = std::max(amax, std::fabs(x.data()[t]));
+    if (amax == 0.0f) return;
+    const float scale = kE4m3Max / amax;
+    for (std::size_t t = first; t < first + count; ++t) y.data()[t] = round_to_e4m3(x.data()[t] * scale) / scale;
+  };
+  if (scaling == Fp8Scaling::per_tensor) {
+    quantize_group(0, x.size());
+  } else {
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t r0 = 0; r0 < seq; r0 += block_rows)
+        quantize_group((h * seq + r0) * width, std::min(block_rows, seq - r0) * width);
+  }
+  return y;
+}
+
+// The tiled loop of Algorithm 1 on checked inputs; `round_p_to_e4m3` rounds P~ to E4M3 before
+// the P~ V product (FP8 emulation).
+FlashOutput forward_tiles(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg, double scale,
+                          bool round_p_to_e4m3) {
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
   const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift (seq_q <= seq_k)
@@ -52,8 +80,10 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
           for (std::size_t c = 0; c < cols; ++c) {
             if (s[c] == neg_inf) continue;
             const double p = std::exp(s[c] - m_new);
-            l[r] += p;
-            for (std::size_t e = 0; e < d_v; ++e) o[r * d_v + e] += p * v(h, c0 + c, e);
+            l[r] += p;  // the row sum from the unrounded weights (FlashAttention-3 does the same)
+            // FP8 emulation: the P~ V product sees P~ in E4M3 (P~ <= 1 needs no scale).
+            const double p_used = round_p_to_e4m3 ? static_cast<double>(round_to_e4m3(static_cast<float>(p))) : p;
+            for (std::size_t e = 0; e < d_v; ++e) o[r * d_v + e] += p_used * v(h, c0 + c, e);
           }
           m[r] = m_new;
         }
@@ -69,6 +99,21 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
   }
   return result;
 }
+
+}  // namespace
+
+FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
+  const double scale = validate_flash("flash_attention_forward", q, k, v, cfg);
+  if (cfg.fp8 != Fp8Scaling::none) {
+    // FP8 emulation: run on the values the FP8 tensors hold (P~ is rounded in the loop below).
+    FlashConfig inner = cfg;
+    inner.fp8 = Fp8Scaling::none;
+    return forward_tiles(through_e4m3(q, cfg.fp8, cfg.block_q), through_e4m3(k, cfg.fp8, cfg.block_k),
+                         through_e4m3(v, cfg.fp8, cfg.block_k), inner, scale, /*round_p_to_e4m3=*/true);
+  }
+  return forward_tiles(q, k, v, cfg, scale, /*round_p_to_e4m3=*/false);
+}
+
 
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {

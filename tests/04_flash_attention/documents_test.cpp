@@ -13,6 +13,9 @@
 #include "../00_attention_basics/oracle.hpp"
 #include "../common/testing.hpp"
 #include "tvlab/analysis/io_model.hpp"
+#include "tvlab/core/dtype.hpp"
+#include "tvlab/opt/flash_attention.hpp"
+#include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/online_softmax.hpp"
 
@@ -136,6 +139,103 @@ TEST(Ch04IoModel, rejects_memory_too_small_for_a_tile_and_mismatched_inputs) {
   EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { analysis::flash_attention_io(8, 16, 10); }, {"sram_floats"}));
   const Tensor2 other = xt::ones<float>({7, 16});
   EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { analysis::standard_attention_io_run(x, other, x); }, {"k", "rows"}));
+}
+
+}  // namespace
+}  // namespace tvlab::ch04
+
+// ------------------------------------------------------------------------- FP8 (E4M3) emulation
+
+namespace tvlab::ch04 {
+namespace {
+
+// Naive attention in FP8, in double: the same rounding of Q, K, V (per tensor) and of the
+// weights, but the whole n x n matrix at once — the "naive implementation in the same precision"
+// of FlashAttention's accuracy rule.
+DTensor3 naive_fp8_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v) {
+  auto through = [](const Tensor3& x) {
+    const float amax = xt::amax(xt::abs(x))();
+    Tensor3 y = x;
+    for (auto& value : y) value = round_to_e4m3(value * (kE4m3Max / amax)) / (kE4m3Max / amax);
+    return y;
+  };
+  const Tensor3 q8 = through(q), k8 = through(k), v8 = through(v);
+  const std::size_t heads = q.shape()[0], n = q.shape()[1], d = q.shape()[2];
+  DTensor3 out = xt::zeros<double>({heads, n, d});
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<double> s(n);
+      double m = -std::numeric_limits<double>::infinity(), l = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q8(h, i, c)) * k8(h, j, c);
+        s[j] = dot / std::sqrt(static_cast<double>(d));
+        m = std::max(m, s[j]);
+      }
+      for (double& x : s) l += (x = std::exp(x - m));
+      for (std::size_t j = 0; j < n; ++j) {
+        const double p = round_to_e4m3(static_cast<float>(s[j]));
+        for (std::size_t c = 0; c < d; ++c) out(h, i, c) += p * v8(h, j, c) / l;
+      }
+    }
+  return out;
+}
+
+double max_abs_error(const Tensor3& a, const DTensor3& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a.data()[i] - b.data()[i]));
+  return worst;
+}
+
+TEST(Ch04Fp8, per_tensor_fp8_stays_within_twice_the_naive_fp8_error) {
+  Rng rng(21);
+  const Tensor3 q = rng.normal_tensor(2, 96, 64), k = rng.normal_tensor(2, 96, 64), v = rng.normal_tensor(2, 96, 64);
+  const DTensor3 exact = ch00::sdpa_oracle(q, k, v, {});
+  FlashConfig cfg;
+  cfg.block_q = cfg.block_k = 32;
+  cfg.fp8 = Fp8Scaling::per_tensor;
+  const double flash_error = max_abs_error(ref::flash_attention_forward(q, k, v, cfg).out, exact);
+  Tensor3 naive = Tensor3::from_shape(q.shape());
+  const DTensor3 naive_d = naive_fp8_attention(q, k, v);
+  std::copy(naive_d.begin(), naive_d.end(), naive.begin());
+  const double naive_error = max_abs_error(naive, exact);
+  // FlashAttention's rule for low precision: at most 2x the naive error (plus a small floor).
+  EXPECT_LE(flash_error, 2 * naive_error + 1e-6) << "flash fp8 " << flash_error << ", naive fp8 " << naive_error;
+  EXPECT_GT(flash_error, 1e-3) << "E4M3 keeps 3 mantissa bits: the error cannot be float-sized";
+}
+
+TEST(Ch04Fp8, per_block_scaling_recovers_what_an_outlier_costs_per_tensor_scaling) {
+  // E4M3 is floating point: one scale per tensor costs nothing until the tensor's dynamic range
+  // exceeds the format's (448 down to the smallest normal 2^-6, then subnormals). One query row
+  // 1e5 times larger (an outlier token) pushes every other query into the subnormals under a
+  // per-tensor scale; one scale per block of 16 rows confines the damage to the outlier's block.
+  Rng rng(22);
+  Tensor3 q = rng.normal_tensor(1, 64, 64);
+  const Tensor3 k = rng.normal_tensor(1, 64, 64), v = rng.normal_tensor(1, 64, 64);
+  for (std::size_t c = 0; c < 64; ++c) q(0, 5, c) *= 1e5f;
+  const DTensor3 exact = ch00::sdpa_oracle(q, k, v, {});
+  // RMS error over the rows outside the outlier's block (rows 16 .. 63).
+  auto rms_outside = [&](const Tensor3& out) {
+    double sum = 0;
+    for (std::size_t i = 16; i < 64; ++i)
+      for (std::size_t c = 0; c < 64; ++c) sum += std::pow(out(0, i, c) - exact(0, i, c), 2);
+    return std::sqrt(sum / (48 * 64));
+  };
+  FlashConfig cfg;
+  cfg.block_q = cfg.block_k = 16;
+  cfg.fp8 = Fp8Scaling::per_tensor;
+  const double per_tensor = rms_outside(ref::flash_attention_forward(q, k, v, cfg).out);
+  cfg.fp8 = Fp8Scaling::per_block;
+  const double per_block = rms_outside(ref::flash_attention_forward(q, k, v, cfg).out);
+  EXPECT_LT(per_block, 0.5 * per_tensor) << "per tensor " << per_tensor << ", per block " << per_block;
+  RecordProperty("rms_error_per_tensor", std::to_string(per_tensor));
+  RecordProperty("rms_error_per_block", std::to_string(per_block));
+  // Per block, those rows do not notice the outlier at all: their scales are their own.
+  Tensor3 q_without = q;
+  for (std::size_t c = 0; c < 64; ++c) q_without(0, 5, c) /= 1e5f;
+  EXPECT_NEAR(per_block, rms_outside(ref::flash_attention_forward(q_without, k, v, cfg).out), 1e-12);
+  // The optimized versions do not emulate FP8 and say so.
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { opt::flash_attention_forward(q, k, v, cfg); }, {"cfg.fp8"}));
 }
 
 }  // namespace

@@ -10,6 +10,8 @@ namespace tvlab {
 double validate_flash(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   require(cfg.block_q > 0, fn, "block_q (", cfg.block_q, ") must be positive");
   require(cfg.block_k > 0, fn, "block_k (", cfg.block_k, ") must be positive");
+  require(cfg.fp8 == Fp8Scaling::none || cfg.fp8 == Fp8Scaling::per_tensor || cfg.fp8 == Fp8Scaling::per_block, fn,
+          "fp8 has an unknown value");
   AttentionConfig attention;
   attention.causal = cfg.causal;
   attention.scale = cfg.scale;
@@ -22,6 +24,7 @@ double validate_flash(const char* fn, const Tensor3& q, const Tensor3& k, const 
 double validate_flash_backward(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const double scale = validate_flash(fn, q, k, v, cfg);
+  require(cfg.fp8 == Fp8Scaling::none, fn, "fp8 emulation (cfg.fp8) covers the forward pass only");
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d_v = v.shape()[2];
   for (const auto& [name, t] : {std::pair<const char*, const Tensor3*>{"out", &out}, {"dout", &dout}}) {
     require_dim(fn, name, *t, 0, "heads", heads, "the heads of q");

@@ -17,7 +17,8 @@ namespace tvlab::opt {
 /// sum and output accumulator live in a per-thread buffer of \f$ B_r (d_v + 2) \f$ floats and the
 /// score tile in \f$ B_r B_c \f$ floats, so no `[seq_q, seq_k]` buffer exists anywhere. Dot products
 /// and the \f$ \tilde P V \f$ accumulation are contiguous `omp simd` loops. Same contract as the
-/// reference (output, log-sum-exp, tile counts).
+/// reference (output, log-sum-exp, tile counts), except FP8 emulation (`cfg.fp8`), which only the
+/// reference implements: a `tvlab::Error` naming `cfg.fp8`.
 FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                        const FlashConfig& cfg = {});
 

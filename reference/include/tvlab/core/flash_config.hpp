@@ -9,6 +9,13 @@
 
 namespace tvlab {
 
+/// FP8 emulation as in FlashAttention-3: Q, K, V rounded to E4M3 after scaling so that the
+/// largest magnitude maps to 448, either one scale per tensor or one per tile of rows (per head:
+/// \f$ B_r \f$ rows of Q, \f$ B_c \f$ rows of K and V); the weights \f$ \tilde P \in [0, 1] \f$ rounded to
+/// E4M3 before the \f$ \tilde P V \f$ product; scores, softmax statistics and accumulators in fp32 or
+/// better.
+enum class Fp8Scaling { none, per_tensor, per_block };
+
 /// What flash attention computes (the same scores as chapter 00's attention with `causal` and
 /// `scale`) and how it tiles the work: query tiles of `block_q` rows (\f$ B_r \f$ in the papers),
 /// key/value tiles of `block_k` rows (\f$ B_c \f$). The tiles change the order of the arithmetic,
@@ -18,6 +25,7 @@ struct FlashConfig {
   std::optional<double> scale;  ///< default \f$ 1/\sqrt{d_k} \f$
   std::size_t block_q = 128;    ///< \f$ B_r \f$: query rows per tile
   std::size_t block_k = 128;    ///< \f$ B_c \f$: key/value rows per tile
+  Fp8Scaling fp8 = Fp8Scaling::none;  ///< FP8 (E4M3) emulation; implemented by the reference only
 };
 
 /// The output of the forward pass and what the backward pass needs from it.
