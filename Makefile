@@ -41,11 +41,13 @@ bench: build
 
 # The lessons' figures: each is one `tvlab` command, listed here so CI can regenerate them.
 FIGURES := docs/figures/ch00_causal_attention.svg docs/figures/ch01_post_ln_vs_pre_ln.svg \
-           docs/figures/ch02_frequency_scaling.svg docs/figures/ch02_logit_decay.svg
+           docs/figures/ch02_frequency_scaling.svg docs/figures/ch02_logit_decay.svg \
+           docs/figures/ch04_io_model.svg
 figure_cmd_docs/figures/ch00_causal_attention.svg := attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref
 figure_cmd_docs/figures/ch01_post_ln_vs_pre_ln.svg := norm
 figure_cmd_docs/figures/ch02_frequency_scaling.svg := rope --figure scaling --factor 4
 figure_cmd_docs/figures/ch02_logit_decay.svg := rope --figure decay
+figure_cmd_docs/figures/ch04_io_model.svg := flash
 
 results: build
 	@for ch in $(CHAPTERS); do $(TVLAB) $$ch --markdown > chapters/$$ch/results.md || exit 1; echo "wrote chapters/$$ch/results.md"; done

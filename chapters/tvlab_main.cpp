@@ -14,9 +14,10 @@ namespace tvlab::cli {
 Chapter chapter_00();
 Chapter chapter_01();
 Chapter chapter_02();
+Chapter chapter_04();
 
 const std::vector<Chapter>& chapters() {
-  static const std::vector<Chapter> all = {chapter_00(), chapter_01(), chapter_02()};
+  static const std::vector<Chapter> all = {chapter_00(), chapter_01(), chapter_02(), chapter_04()};
   return all;
 }
 

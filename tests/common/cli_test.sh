@@ -28,7 +28,7 @@ check() {  # check "<what>" <expected status> <text stderr must contain> -- comm
 }
 
 check "list" 0 "" -- "$tvlab" list
-grep -q "00_attention_basics" "$tmp/out" && grep -q "01_normalization" "$tmp/out" && grep -q "02_position_encoding" "$tmp/out" \
+grep -q "00_attention_basics" "$tmp/out" && grep -q "01_normalization" "$tmp/out" && grep -q "02_position_encoding" "$tmp/out" && grep -q "04_flash_attention" "$tmp/out" \
   && echo "ok   list names the chapters" || { echo "FAIL list does not name the chapters"; failures=$((failures + 1)); }
 check "tour agrees" 0 "" -- "$tvlab" tour
 check "--heads 0 names the option" 2 "--heads" -- "$tvlab" attention --heads 0
@@ -81,5 +81,19 @@ for figure in scaling decay; do
   if python3 -c 'import sys, xml.etree.ElementTree as E; assert E.parse(sys.argv[1]).getroot().tag.endswith("svg")' "$tmp/$figure.svg"; then
     echo "ok   $figure.svg parses as SVG"; else echo "FAIL $figure.svg is not an SVG document"; failures=$((failures + 1)); fi
 done
+
+# Chapter 04 (alias flash).
+check "flash --step" 0 "" -- "$tvlab" flash --step --backend ref
+check "flash: block 0 names the option" 2 "--block-k" -- "$tvlab" flash --block-k 0
+check "flash: causal with a cuda backend skips it" 0 "" -- "$tvlab" flash --causal --seq 40 --backend all
+check "flash json" 0 "" -- "$tvlab" flash --json --seq 33 --block-q 8 --block-k 5 --causal
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["chapter"] == "04_flash_attention"' "$tmp/out" \
+  && echo "ok   flash json parses" || { echo "FAIL flash json does not parse"; failures=$((failures + 1)); }
+check "flash dump" 0 "" -- "$tvlab" flash --backend opt --dump "$tmp/flash"
+for f in q k v flash_attention_forward_opt lse_opt; do
+  if [ -s "$tmp/flash/$f.npy" ] && head -c 6 "$tmp/flash/$f.npy" | grep -q NUMPY; then echo "ok   $f.npy"; else
+    echo "FAIL $f.npy missing or not a .npy file"; failures=$((failures + 1)); fi
+done
+check "flash --svg" 0 "" -- "$tvlab" flash --svg "$tmp/io.svg"
 
 [ "$failures" -eq 0 ]

@@ -1,0 +1,150 @@
+// Chapter 04 benchmarks: flash attention against chapter 00's attention (SGEMM + softmax over the
+// whole n x n score matrix) and against the reference loops, in GFLOP/s (4 n^2 d per head, halved
+// when causal) next to OpenBLAS SGEMM measured in the same run, with the extra memory each
+// version allocates besides its output.
+//
+//   build/default/chapters/bench_04_flash_attention --benchmark_counters_tabular=true
+
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "../common/bench_support.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/opt/attention.hpp"
+#include "tvlab/opt/blas_kernel.hpp"
+#include "tvlab/opt/flash_attention.hpp"
+#include "tvlab/ref/flash_attention.hpp"
+#include "tvlab/cuda/runtime.hpp"
+
+// ------------------------------------------------------------------ heap accounting
+// Every operator new of this program goes through these counters, so a benchmark can report the
+// peak number of bytes a call allocated beyond what it returns (OpenBLAS's own work buffers are
+// mmap'ed by the library and not counted; they do not grow with n).
+
+namespace {
+std::atomic<long long> heap_now{0}, heap_peak{0};
+
+void* counted_alloc(std::size_t size) {
+  void* p = std::malloc(size ? size : 1);
+  if (!p) throw std::bad_alloc();
+  const long long now = heap_now += static_cast<long long>(malloc_usable_size(p));
+  long long peak = heap_peak.load();
+  while (now > peak && !heap_peak.compare_exchange_weak(peak, now)) {
+  }
+  return p;
+}
+
+void counted_free(void* p) noexcept {
+  if (!p) return;
+  heap_now -= static_cast<long long>(malloc_usable_size(p));
+  std::free(p);
+}
+}  // namespace
+
+void* operator new(std::size_t size) { return counted_alloc(size); }
+void* operator new[](std::size_t size) { return counted_alloc(size); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+
+namespace {
+
+using namespace tvlab;
+
+constexpr std::size_t kHeads = 8;
+
+struct Inputs {
+  Tensor3 q, k, v;
+  Inputs(std::size_t n, std::size_t d) {
+    Rng rng(4);
+    q = rng.normal_tensor(kHeads, n, d);
+    k = rng.normal_tensor(kHeads, n, d);
+    v = rng.normal_tensor(kHeads, n, d);
+  }
+};
+
+double attention_flops(std::size_t n, std::size_t d, bool causal) {
+  return 4.0 * static_cast<double>(kHeads * n * n * d) / (causal ? 2.0 : 1.0);
+}
+
+// Runs `call` once outside the timing loop to measure the peak extra heap it allocates (bytes
+// beyond its output), reported as the counter extra_MiB.
+template <class Call>
+void report_extra_memory(benchmark::State& state, Call call, double output_bytes) {
+  const long long before = heap_now.load();
+  heap_peak = before;
+  {
+    auto result = call();
+    benchmark::DoNotOptimize(result);
+  }
+  state.counters["extra_MiB"] = (static_cast<double>(heap_peak.load() - before) - output_bytes) / (1024.0 * 1024.0);
+}
+
+// args: n, d, causal
+void BM_flash(benchmark::State& state, FlashOutput (*flash)(const Tensor3&, const Tensor3&, const Tensor3&, const FlashConfig&),
+              bool validate) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const bool causal = state.range(2) != 0;
+  const Inputs in(n, d);
+  FlashConfig cfg;
+  cfg.causal = causal;
+  if (validate) {
+    AttentionConfig same;
+    same.causal = causal;
+    if (!bench::validate(state, flash(in.q, in.k, in.v, cfg).out, opt::scaled_dot_product_attention(in.q, in.k, in.v, same),
+                         2e-4, 1e-3))
+      return;
+  }
+  const double output_bytes = static_cast<double>(kHeads * n * (d + 1) * sizeof(float));  // O and the log-sum-exp
+  report_extra_memory(state, [&] { return flash(in.q, in.k, in.v, cfg); }, output_bytes);
+  for (auto _ : state) benchmark::DoNotOptimize(flash(in.q, in.k, in.v, cfg));
+  state.counters["GFLOP/s"] = bench::gflops(attention_flops(n, d, causal));
+}
+
+void BM_ref_flash(benchmark::State& state) { BM_flash(state, ref::flash_attention_forward, false); }
+void BM_opt_flash_v1(benchmark::State& state) { BM_flash(state, opt::flash_attention_forward_v1, state.range(0) <= 1024); }
+void BM_opt_flash_v2(benchmark::State& state) { BM_flash(state, opt::flash_attention_forward_v2, state.range(0) <= 1024); }
+
+// Chapter 00's headline attention: S = QK^T and O = PV as SGEMMs around a softmax over the whole
+// score matrix (one [n, n] buffer per thread).
+void BM_naive_sgemm(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const bool causal = state.range(2) != 0;
+  const Inputs in(n, d);
+  AttentionConfig cfg;
+  cfg.causal = causal;
+  report_extra_memory(state, [&] { return opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg); },
+                      static_cast<double>(kHeads * n * d * sizeof(float)));
+  for (auto _ : state) benchmark::DoNotOptimize(opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg));
+  state.counters["GFLOP/s"] = bench::gflops(attention_flops(n, d, causal));
+}
+
+}  // namespace
+
+BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ref_flash)->Name("ref_flash")->ArgNames({"n", "d", "causal"})->Args({512, 64, 0})->Args({1024, 64, 1})
+    ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_opt_flash_v1)->Name("opt_flash_v1")->ArgNames({"n", "d", "causal"})->Args({1024, 64, 1})->Args({4096, 64, 1})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_naive_sgemm)->Name("ch00_sgemm_attention")->ArgNames({"n", "d", "causal"})
+    ->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64}, {0, 1}})->Args({4096, 128, 1})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_opt_flash_v2)->Name("opt_flash_v2")->ArgNames({"n", "d", "causal"})
+    ->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64}, {0, 1}})->Args({4096, 128, 0})->Args({4096, 128, 1})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
+  benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());
+  benchmark::AddCustomContext("heads", "8");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,391 @@
+// `tvlab 04_flash_attention` (alias `tvlab flash`): the online softmax block by block, flash
+// attention's tiles, the IO model of standard vs tiled attention, FP8 emulation.
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <span>
+#include <sstream>
+
+#include "../common/svg.hpp"
+#include "../common/walkthrough.hpp"
+#include "tvlab/analysis/io_model.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/cuda/runtime.hpp"
+#include "tvlab/opt/flash_attention.hpp"
+#include "tvlab/ref/attention.hpp"
+#include "tvlab/ref/flash_attention.hpp"
+#include "tvlab/ref/online_softmax.hpp"
+
+namespace tvlab::cli {
+namespace {
+
+struct Options : StandardOptions {
+  std::string svg;
+  int seq = 8, head_dim = 4, heads = 1, block_q = 4, block_k = 3;
+  bool causal = false;
+};
+
+FlashConfig flash_config(const Options& o) {
+  FlashConfig cfg;
+  cfg.causal = o.causal;
+  cfg.block_q = static_cast<std::size_t>(o.block_q);
+  cfg.block_k = static_cast<std::size_t>(o.block_k);
+  return cfg;
+}
+
+struct Inputs {
+  Tensor3 q, k, v;
+};
+
+Inputs make_inputs(std::uint64_t seed, std::size_t heads, std::size_t n, std::size_t d) {
+  Rng rng(seed);
+  Inputs in;
+  in.q = rng.normal_tensor(heads, n, d);
+  in.k = rng.normal_tensor(heads, n, d);
+  in.v = rng.normal_tensor(heads, n, d);
+  return in;
+}
+
+FlashOutput run_backend(const std::string& b, const Inputs& in, const FlashConfig& cfg) {
+  if (b == "ref") return ref::flash_attention_forward(in.q, in.k, in.v, cfg);
+  if (b == "opt") return opt::flash_attention_forward(in.q, in.k, in.v, cfg);
+  fail("04_flash_attention", "--backend cuda: the CUDA flash kernels are not written yet");
+}
+
+// As in the tests: a score is a length-d dot product of size about sqrt(d) after the scale, the
+// output a length-n reduction: 10 eps sqrt(K) (2 sqrt(d) + 1) max|v|, K = max(d, n).
+double tolerance(const Inputs& in) {
+  const auto d = static_cast<double>(in.q.shape()[2]);
+  const double k = std::max(d, static_cast<double>(in.k.shape()[1]));
+  return 10 * 1.2e-7 * std::sqrt(k) * (2 * std::sqrt(d) + 1) * static_cast<double>(xt::amax(xt::abs(in.v))());
+}
+
+// ------------------------------------------------------------------------------ the documents
+
+DocumentCheck statement(std::string source, std::string quantity, std::string says, std::string computed, bool agrees) {
+  return {std::move(source), std::move(quantity), std::move(says), std::move(computed), agrees};
+}
+
+// Hardware figures from the FlashAttention papers and NVIDIA's specifications (A100 40 GB SXM:
+// 108 SMs, 192 KB of L1/shared memory per SM, 1555 GB/s HBM2, 1.41 GHz boost, 128 bytes per
+// clock of shared-memory bandwidth per SM; H100 SXM: 132 SMs, 228 KB, 3.35 TB/s, 989 dense BF16
+// and 1979 dense FP8 TFLOPS), from which the checks below compute.
+std::vector<DocumentCheck> document_checks() {
+  std::vector<DocumentCheck> c;
+  const double a100_sram_kib = 108 * 192.0;
+  c.push_back(check_number("000 L41", "A100 on-chip SRAM, 108 SMs x 192 KB", "20.25 MB", 20.25, 0.01, a100_sram_kib / 1024,
+                           fixed(a100_sram_kib / 1024, 2) + " MiB (" + fixed(a100_sram_kib * 1024 / 1e6, 1) + " MB)"));
+  const double sram_tbs = 128.0 * 108 * 1.41e9 / 1e12;
+  c.push_back(statement("000 L41", "A100 SRAM bandwidth", "tens of TB/s",
+                        fixed(sram_tbs, 1) + " TB/s (128 B/clock x 108 SMs x 1.41 GHz; the paper: about 19 TB/s)", false));
+  const double tile_kb = 128.0 * 64 * 2 / 1024;
+  c.push_back(check_number("000 L53", "a 128 x 64 tile in fp16", "about 8 KB", 8, 1, tile_kb, fixed(tile_kb, 0) + " KiB"));
+  const double tiles_per_sm = std::floor(192.0 / (3 * tile_kb));
+  c.push_back(check_number("000 L53", "(Q, K, V) tile triples in one SM's 192 KB", "6-8", 7, 1, tiles_per_sm,
+                           fixed(tiles_per_sm, 0) + " (thread blocks, not threads)"));
+  const double n = 4096, d = 64;
+  c.push_back(check_number("000 L57", "score matrix elements, n = 4096", "16.8M", 16.8, 0.1, n * n / 1e6,
+                           fixed(n * n / 1e6, 2) + "M"));
+  c.push_back(check_number("000 L57", "4 n d, n = 4096, d = 64", "about 1M", 1, 0.1, 4 * n * d / 1e6, fixed(4 * n * d / 1e6, 3) + "M"));
+  const analysis::IoCount standard = analysis::standard_attention_io(4096, 64);
+  const analysis::IoCount flash = analysis::flash_attention_io(4096, 64, 192 * 1024 / 2);  // 192 KB of fp16
+  c.push_back(check_number("000 L57", "IO saving of flash attention, n = 4096, d = 64", "about 16x (n^2 / 4nd)", 16, 1,
+                           standard.total() / flash.total(),
+                           fixed(standard.total() / flash.total(), 1) + "x: " + sci(standard.total(), 3) + " vs " +
+                               sci(flash.total(), 3) + " elements (Algorithm 0 vs 1, M = 192 KB of fp16)"));
+  c.push_back(statement("000 L61", "the online softmax update of m and l", "m' = max(m, m~), l' = l e^{m-m'} + l~ e^{m~-m'}",
+                        "correct (tests: every block size and every split); the output needs the same rescaling", true));
+  c.push_back(statement("000 L63", "HBM accesses of flash attention", "O(n^2) -> O(n)",
+                        "Theta(n d + n^2) -> Theta(n^2 d^2 / M); O(n) is its extra memory", false));
+  const double fa2_mfu = 225.0 / 312.0;
+  c.push_back(check_number("000 L65", "share of A100 peak, 225 of 312 TFLOPS", "about 72% (FlashAttention)", 72, 1,
+                           100 * fa2_mfu, fixed(100 * fa2_mfu, 1) + "%, FlashAttention-2's figure, not the first version's"));
+  c.push_back(statement("000 L65", "share of peak of earlier implementations", "30-40% (traditional)",
+                        "25-40% is FlashAttention-1's, per the FlashAttention-2 paper", false));
+  c.push_back(check_number("000 L71", "H100 FP8 dense peak / BF16 dense peak", "2x", 2, 0.1, 1979.0 / 989.4,
+                           fixed(1979.0 / 989.4, 2) + "x (the unit is PFLOPS, not PFLOPS/s)"));
+  c.push_back(statement("000 L69", "what FlashAttention-3 overlaps", "two attention layers",
+                        "the softmax of one warpgroup with the GEMMs of another, inside one kernel", false));
+  const double ratio = sram_tbs / 1.555;
+  c.push_back(check_number("000 L448", "SRAM vs HBM bandwidth, A100 40 GB", "about 20x", 20, 1, ratio,
+                           fixed(ratio, 1) + "x (19.5 / 1.555 TB/s)"));
+  c.push_back(check_number("004 L214", "FP8 gain of FlashAttention-3's forward", "an order of magnitude", 10, 1, 1200.0 / 740,
+                           fixed(1200.0 / 740, 2) + "x measured (1.2 PFLOPS vs 740 TFLOPS), 2x at peak"));
+  return c;
+}
+
+// ------------------------------------------------------------------------------------ agreement
+
+std::vector<Agreement> agreements(bool include_cuda) {
+  (void)include_cuda;  // no CUDA flash kernel yet
+  std::vector<Agreement> out;
+  struct Example {
+    std::size_t heads, n, d;
+    bool causal;
+    std::size_t bq, bk;
+  };
+  for (const Example& e : {Example{1, 8, 4, false, 4, 3}, Example{2, 129, 64, true, 64, 64}, Example{4, 300, 128, false, 128, 128}}) {
+    const Inputs in = make_inputs(5, e.heads, e.n, e.d);
+    FlashConfig cfg;
+    cfg.causal = e.causal;
+    cfg.block_q = e.bq;
+    cfg.block_k = e.bk;
+    const FlashOutput r = ref::flash_attention_forward(in.q, in.k, in.v, cfg);
+    const std::string example = std::to_string(e.heads) + " x " + std::to_string(e.n) + " x " + std::to_string(e.d) +
+                                (e.causal ? ", causal" : "") + ", tiles " + std::to_string(e.bq) + " x " + std::to_string(e.bk);
+    AttentionConfig same;
+    same.causal = e.causal;
+    out.push_back({"flash vs chapter 00 attention (ref)", "ref", example,
+                   max_abs_difference(r.out, ref::scaled_dot_product_attention(in.q, in.k, in.v, same)), tolerance(in)});
+    for (const auto& variant : opt::flash_variants())
+      out.push_back({"flash_attention_forward", "opt_" + variant.name, example,
+                     max_abs_difference(variant.function(in.q, in.k, in.v, cfg).out, r.out), tolerance(in)});
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- --markdown
+
+std::string io_tables() {
+  std::ostringstream md;
+  md << "Elements moved between HBM and on-chip memory for one head, from the instrumented runs' "
+        "closed forms (`analysis::standard_attention_io`, `analysis::flash_attention_io`); M is the "
+        "on-chip memory in floats, B_c = ceil(M / 4d), B_r = min(B_c, d).\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t n : {1024UL, 4096UL, 16384UL})
+    for (std::size_t d : {64UL, 128UL})
+      for (std::size_t m_kib : {64UL, 100UL, 192UL, 228UL}) {
+        const std::size_t m = m_kib * 1024 / 4;  // floats in M KiB
+        const analysis::IoCount s = analysis::standard_attention_io(n, d), f = analysis::flash_attention_io(n, d, m);
+        rows.push_back({std::to_string(n), std::to_string(d), std::to_string(m_kib) + " KiB (" + std::to_string(m) + ")",
+                        sci(s.total(), 3), sci(f.total(), 3), fixed(s.total() / f.total(), 2),
+                        fixed(static_cast<double>(m) / (3.0 * static_cast<double>(d * d)), 2)});
+      }
+  md << markdown_table({"n", "d", "M (floats)", "standard", "flash", "standard / flash", "M / 3d^2"}, rows) << '\n';
+  md << "Doubling M halves flash's traffic (one pass over Q and O per key tile, and there are n / B_c key "
+        "tiles); standard attention's 4 n^2 does not depend on M. Both grow as n^2, so the advantage is "
+        "about M / 3d^2 at every length, which is why the larger SRAM of newer GPUs and a smaller head "
+        "dimension both help.\n\n";
+  return md.str();
+}
+
+std::string tile_table() {
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t n : {1024UL, 4096UL, 16384UL}) {
+    const Inputs in = make_inputs(1, 1, n / 64, 8);  // tile counts depend on n / tile only: scale down
+    FlashConfig cfg;
+    cfg.block_q = cfg.block_k = 2;  // n / 64 rows in tiles of 2 = the same tile grid as n rows in tiles of 128
+    cfg.causal = true;
+    const FlashOutput r = ref::flash_attention_forward(in.q, in.k, in.v, cfg);
+    const double total = static_cast<double>(r.tiles_computed + r.tiles_skipped);
+    rows.push_back({std::to_string(n), std::to_string(r.tiles_computed), std::to_string(r.tiles_skipped),
+                    fixed(100.0 * static_cast<double>(r.tiles_skipped) / total, 1) + "%"});
+  }
+  return markdown_table({"n (tiles of 128 x 128)", "tiles computed", "tiles skipped whole", "share skipped"}, rows);
+}
+
+std::string fp8_table() {
+  std::vector<std::vector<std::string>> rows;
+  for (const bool outlier : {false, true}) {
+    Rng rng(22);
+    Tensor3 q = rng.normal_tensor(1, 64, 64);
+    const Tensor3 k = rng.normal_tensor(1, 64, 64), v = rng.normal_tensor(1, 64, 64);
+    if (outlier)
+      for (std::size_t c = 0; c < 64; ++c) q(0, 5, c) *= 1e5f;
+    const Tensor3 exact = ref::scaled_dot_product_attention(q, k, v, {});
+    for (const auto& [name, scaling] : {std::pair<std::string, Fp8Scaling>{"per tensor", Fp8Scaling::per_tensor},
+                                        {"per block of 16 rows", Fp8Scaling::per_block}}) {
+      FlashConfig cfg;
+      cfg.block_q = cfg.block_k = 16;
+      cfg.fp8 = scaling;
+      const Tensor3 out = ref::flash_attention_forward(q, k, v, cfg).out;
+      double sum = 0;  // RMS error over the rows outside the first block
+      for (std::size_t i = 16; i < 64; ++i)
+        for (std::size_t e = 0; e < 64; ++e) sum += std::pow(static_cast<double>(out(0, i, e)) - exact(0, i, e), 2);
+      rows.push_back({outlier ? "query row 5 x 1e5" : "N(0, 1)", name, sci(std::sqrt(sum / (48 * 64)), 3)});
+    }
+  }
+  return markdown_table({"inputs", "E4M3 scaling of Q, K, V", "RMS error vs fp32, rows 16 .. 63"}, rows);
+}
+
+std::string markdown(const GlobalOptions&) {
+  std::ostringstream md;
+  md << results_header("04_flash_attention", "Chapter 04, flash attention");
+  md << "## The documents' numbers and statements\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## The IO model\n\n" << io_tables();
+  md << "## Causal attention: tiles skipped whole\n\n" << tile_table() << '\n';
+  md << "## FP8 (E4M3) emulation\n\n"
+        "One head, n = 64, d = 64, seed 22; Q, K, V rounded to E4M3 with one scale per tensor or per "
+        "block of 16 rows, the weights P rounded to E4M3 before P V, everything else in double.\n\n"
+     << fp8_table() << '\n';
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
+  return md.str();
+}
+
+// ------------------------------------------------------------------------------------- --step
+
+void step_through(const Inputs& in, const FlashConfig& cfg) {
+  std::ostream& out = std::cout;
+  const std::size_t n = in.q.shape()[1], d = in.q.shape()[2];
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
+  out << "Flash attention, head 0, query 0 (n = " << n << ", d = " << d << ", key tiles of " << cfg.block_k << ")\n";
+  // The scores of query 0, all of them, for reference.
+  DTensor2 s = DTensor2::from_shape({1, n});
+  for (std::size_t j = 0; j < n; ++j) {
+    double dot = 0;
+    for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(in.q(0, 0, e)) * in.k(0, j, e);
+    s(0, j) = scale * dot;
+  }
+  print_step(out, 1, "the scores s_j = q_0 . k_j / sqrt(d) (flash never stores this row; shown for checking)");
+  print_matrix(out, "s", s, 4, 16);
+  // Online softmax with the output accumulator, one key tile at a time.
+  double m = -std::numeric_limits<double>::infinity(), l = 0;
+  DTensor2 acc = xt::zeros<double>({std::size_t{1}, in.v.shape()[2]});
+  int step = 2;
+  for (std::size_t c0 = 0; c0 < n; c0 += cfg.block_k) {
+    const std::size_t c1 = std::min(n, c0 + cfg.block_k);
+    double tile_max = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = c0; j < c1; ++j) tile_max = std::max(tile_max, s(0, j));
+    const double m_new = std::max(m, tile_max);
+    const double correction = std::isinf(m) ? 0.0 : std::exp(m - m_new);
+    double tile_sum = 0;
+    acc *= correction;
+    for (std::size_t j = c0; j < c1; ++j) {
+      const double p = std::exp(s(0, j) - m_new);
+      tile_sum += p;
+      for (std::size_t e = 0; e < acc.shape()[1]; ++e) acc(0, e) += p * in.v(0, j, e);
+    }
+    l = l * correction + tile_sum;
+    m = m_new;
+    std::ostringstream title;
+    title << "key tile [" << c0 << ", " << c1 << "): m = max(m, " << fixed(tile_max, 4) << ") = " << fixed(m, 4)
+          << ", old state times e^(m_old - m) = " << fixed(correction, 4) << ", l = " << fixed(l, 4);
+    print_step(out, step++, title.str());
+    print_matrix(out, "O~ (unnormalised)", acc);
+  }
+  print_step(out, step++, "O = O~ / l and L = m + ln l = " + fixed(m + std::log(l), 6));
+  print_matrix(out, "O", DTensor2(acc / l));
+  const FlashOutput r = ref::flash_attention_forward(in.q, in.k, in.v, cfg);
+  print_matrix(out, "ref::flash_attention_forward, row 0", Tensor2(xt::view(r.out, 0, xt::range(0, 1), xt::all())));
+  print_step(out, step, "the same two numbers from the two-pass softmax: the online version is exact");
+  const ref::SoftmaxState whole = ref::online_softmax_update({}, std::span<const float>(Tensor1(xt::cast<float>(xt::view(s, 0, xt::all()))).data(), n));
+  out << "  m = " << fixed(whole.max, 4) << ", l = " << fixed(whole.sum, 4) << "\n";
+}
+
+// ---------------------------------------------------------------------------------------- figure
+
+std::string io_figure() {
+  // HBM traffic vs on-chip memory for n = 4096, d = 64: flat for standard, 1/M for flash.
+  std::vector<double> standard, flash;
+  for (int p = 0; p <= 10; ++p) {
+    const std::size_t m = (std::size_t{256} << p);  // 256 .. 262144 floats
+    standard.push_back(analysis::standard_attention_io(4096, 64).total() / 1e6);
+    flash.push_back(analysis::flash_attention_io(4096, 64, m).total() / 1e6);
+  }
+  return svg_line_plot({{"standard attention", standard, "#c0392b", false}, {"flash attention", flash, "#1f5fa8", false}},
+                       "HBM traffic, n = 4096, d = 64 (one head)", "on-chip memory M = 256 x 2^x floats",
+                       "million elements moved (log scale)", true);
+}
+
+// ---------------------------------------------------------------------------------------- run
+
+int run(const Options& o, const GlobalOptions& g) {
+  if (o.markdown || g.format == "markdown") {
+    std::cout << markdown(g);
+    return 0;
+  }
+  const char* fn = "04_flash_attention";
+  if (!o.svg.empty()) {
+    write_svg(o.svg, io_figure());
+    std::cout << "wrote " << o.svg << "\n";
+    return 0;
+  }
+  require_positive(fn, "--seq", o.seq);
+  require_positive(fn, "--head-dim", o.head_dim);
+  require_positive(fn, "--heads", o.heads);
+  require_positive(fn, "--block-q", o.block_q);
+  require_positive(fn, "--block-k", o.block_k);
+  const FlashConfig cfg = flash_config(o);
+  const Inputs in = make_inputs(g.seed, static_cast<std::size_t>(o.heads), static_cast<std::size_t>(o.seq),
+                                static_cast<std::size_t>(o.head_dim));
+  const FlashOutput reference = run_backend("ref", in, cfg);  // validates everything first
+  if (o.step) step_through(in, cfg);
+  if (!o.dump.empty()) {
+    dump_npy(o.dump, "q", in.q);
+    dump_npy(o.dump, "k", in.k);
+    dump_npy(o.dump, "v", in.v);
+  }
+  nlohmann::json results = nlohmann::json::array();
+  bool ok = true;
+  for (const auto& b : selected_backends(o.backend)) {
+    nlohmann::json entry = {{"backend", b}};
+    if (b == "cuda") {
+      entry["skipped"] = "no CUDA flash kernel yet";
+      results.push_back(entry);
+      continue;
+    }
+    const FlashOutput r = run_backend(b, in, cfg);
+    const double err = max_abs_difference(r.out, reference.out);
+    entry["flash_attention_forward"] = err;
+    entry["tiles_computed"] = r.tiles_computed;
+    entry["tiles_skipped"] = r.tiles_skipped;
+    ok = ok && err <= tolerance(in);
+    if (!o.dump.empty()) {
+      dump_npy(o.dump, "flash_attention_forward_" + b, r.out);
+      dump_npy(o.dump, "lse_" + b, r.lse);
+    }
+    results.push_back(entry);
+  }
+  if (o.json || g.format == "json") {
+    nlohmann::json doc = {{"chapter", fn},          {"seed", g.seed},         {"heads", o.heads},
+                          {"seq", o.seq},           {"head_dim", o.head_dim}, {"causal", o.causal},
+                          {"block_q", o.block_q},   {"block_k", o.block_k},   {"max_abs_error_vs_ref", results}};
+    std::cout << doc.dump(2) << "\n";
+    return ok ? 0 : 1;
+  }
+  std::cout << "\nflash attention forward: heads " << o.heads << ", seq " << o.seq << ", head_dim " << o.head_dim
+            << (o.causal ? ", causal" : "") << ", tiles " << o.block_q << " x " << o.block_k << ", seed " << g.seed
+            << " (max |out - ref|)\n";
+  for (const auto& r : results) {
+    std::cout << "  " << r["backend"].get<std::string>() << ":";
+    if (r.contains("skipped")) {
+      std::cout << " skipped (" << r["skipped"].get<std::string>() << ")\n";
+      continue;
+    }
+    std::cout << "  " << sci(r["flash_attention_forward"].get<double>(), 2) << "  (tiles computed "
+              << r["tiles_computed"].get<std::size_t>() << ", skipped " << r["tiles_skipped"].get<std::size_t>() << ")\n";
+  }
+  if (!o.dump.empty()) std::cout << "wrote q.npy, k.npy, v.npy and the outputs to " << o.dump << "/\n";
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Chapter chapter_04() {
+  Chapter c;
+  c.name = "04_flash_attention";
+  c.alias = "flash";
+  c.summary = "online softmax, flash attention forward and backward, the IO model, FP8 emulation";
+  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+    auto o = std::make_shared<Options>();
+    CLI::App* sub = add_chapter_command(
+        root, "04_flash_attention", "flash", "Chapter 04: flash attention, tile by tile", *o,
+        "print query 0's online softmax one key tile at a time: m, l and the rescaled output accumulator",
+        "write q.npy, k.npy, v.npy and flash_attention_forward_<backend>.npy, lse_<backend>.npy to DIR",
+        [o, &global] { return run(*o, global); });
+    sub->add_option("--seq", o->seq, "sequence length n")->capture_default_str();
+    sub->add_option("--head-dim", o->head_dim, "head dimension d")->capture_default_str();
+    sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();
+    sub->add_option("--block-q", o->block_q, "query rows per tile (B_r)")->capture_default_str();
+    sub->add_option("--block-k", o->block_k, "key rows per tile (B_c)")->capture_default_str();
+    sub->add_flag("--causal", o->causal, "causal mask (whole tiles above the diagonal are skipped)");
+    sub->add_option("--svg", o->svg, "draw HBM traffic against on-chip memory (standard vs flash) into FILE");
+  };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
+  return c;
+}
+
+}  // namespace tvlab::cli
