@@ -10,11 +10,12 @@ namespace tvlab::ch04 {
 const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = [] {
     std::vector<Impl> all = {
-        {"ref", false, ref::online_softmax, ref::flash_attention_forward, ref::flash_attention_backward},
-        {"opt", false, nullptr, opt::flash_attention_forward, nullptr},
+        {"ref", false, ref::online_softmax, ref::online_softmax_merge, analysis::best_flash_tiles,
+         ref::flash_attention_forward, ref::flash_attention_backward},
+        {"opt", false, nullptr, nullptr, nullptr, opt::flash_attention_forward, nullptr},
     };
     for (const auto& variant : opt::flash_variants())
-      all.push_back({"opt_" + variant.name, false, nullptr, variant.function, nullptr});
+      all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr});
     return all;
   }();
   return impls;

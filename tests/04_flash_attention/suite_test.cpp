@@ -8,6 +8,7 @@
 #include <limits>
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../00_attention_basics/oracle.hpp"
@@ -57,8 +58,84 @@ TEST_P(OnlineSoftmax, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.online_softmax(Tensor2::from_shape({0, 4}), 2); }, {"online_softmax", "x"}));
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OnlineSoftmax);  // not an exercise
 INSTANTIATE_TEST_SUITE_P(Ch04, OnlineSoftmax,
                          ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::online_softmax)),
+                         tvlab::testing::ImplName());
+
+class SoftmaxMerge : public ::testing::TestWithParam<Impl> {};
+
+// m and l of a whole row in one pass, in double: the definition.
+ref::SoftmaxState direct_state(const std::vector<float>& x) {
+  double m = -std::numeric_limits<double>::infinity(), l = 0;
+  for (float v : x) m = std::max(m, static_cast<double>(v));
+  if (m == -std::numeric_limits<double>::infinity()) return {};
+  for (float v : x) l += std::exp(static_cast<double>(v) - m);
+  return {m, l};
+}
+
+TEST_P(SoftmaxMerge, merging_the_states_of_any_split_gives_the_state_of_the_whole) {
+  const Impl& impl = GetParam();
+  Rng rng(4);
+  std::vector<float> x(50);
+  for (auto& v : x) v = static_cast<float>(rng.normal() * 4);
+  x[31] = 25.0f;  // the maximum sits in the right part for most splits
+  x[7] = kNegInf;
+  const ref::SoftmaxState whole = direct_state(x);
+  for (std::size_t split = 0; split <= x.size(); ++split) {
+    const ref::SoftmaxState a = direct_state({x.begin(), x.begin() + static_cast<std::ptrdiff_t>(split)});
+    const ref::SoftmaxState b = direct_state({x.begin() + static_cast<std::ptrdiff_t>(split), x.end()});
+    for (const ref::SoftmaxState merged : {impl.softmax_merge(a, b), impl.softmax_merge(b, a)}) {
+      EXPECT_EQ(merged.max, whole.max) << "split " << split << ": the merged maximum is the larger one";
+      EXPECT_NEAR(merged.sum, whole.sum, 1e-14 * whole.sum)
+          << "split " << split << ": each sum must be moved to the new maximum, times e^(m_part - m)";
+    }
+  }
+  // The empty state (-inf, 0) is the identity, and two empty states merge without NaN.
+  const ref::SoftmaxState with_empty = impl.softmax_merge(whole, {});
+  EXPECT_EQ(with_empty.max, whole.max);
+  EXPECT_NEAR(with_empty.sum, whole.sum, 1e-14 * whole.sum);
+  const ref::SoftmaxState nothing = impl.softmax_merge({}, {});
+  EXPECT_EQ(nothing.sum, 0.0);
+  EXPECT_FALSE(std::isnan(nothing.sum));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch04, SoftmaxMerge,
+                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax_merge)),
+                         tvlab::testing::ImplName());
+
+// ------------------------------------------------------------------------------ IO: tile sizes
+
+class BestTiles : public ::testing::TestWithParam<Impl> {};
+
+TEST_P(BestTiles, the_chosen_tiles_fit_and_no_other_tiles_move_less) {
+  const Impl& impl = GetParam();
+  for (const auto& [n, d, sram] : {std::tuple<std::size_t, std::size_t, std::size_t>{64, 8, 1000}, {100, 16, 4096},
+                                   {37, 4, 300}, {128, 32, 20000}}) {
+    // Brute force over every (B_r, B_c) in [1, n]^2 that fits.
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t best_r = 0;
+    for (std::size_t br = 1; br <= n; ++br)
+      for (std::size_t bc = 1; bc <= n; ++bc) {
+        if (analysis::flash_tile_floats(d, br, bc) > sram) continue;
+        const double total = analysis::flash_attention_io(n, d, br, bc).total();
+        if (total < best || (total == best && br > best_r)) {
+          best = total;
+          best_r = br;
+        }
+      }
+    const analysis::FlashTiles got = impl.best_tiles(n, d, sram);
+    const std::string where = "n " + std::to_string(n) + ", d " + std::to_string(d) + ", M " + std::to_string(sram);
+    EXPECT_LE(analysis::flash_tile_floats(d, got.block_r, got.block_c), sram) << where << ": the tiles must fit";
+    EXPECT_EQ(analysis::flash_attention_io(n, d, got.block_r, got.block_c).total(), best)
+        << where << ": the traffic depends on the number of key tiles only";
+    EXPECT_EQ(got.block_r, best_r) << where << ": among the best, the largest B_r";
+    EXPECT_EQ(got.io.total(), best) << where << ": io must be the traffic of the returned tiles";
+  }
+  EXPECT_TRUE(throws_error_naming([&] { impl.best_tiles(64, 8, 10); }, {"best_flash_tiles", "sram_floats"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch04, BestTiles, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::best_tiles)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------ flash forward

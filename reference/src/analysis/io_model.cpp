@@ -162,15 +162,46 @@ IoCount standard_attention_io(std::size_t n, std::size_t d) {
 IoCount flash_attention_io(std::size_t n, std::size_t d, std::size_t sram) {
   require(d > 0 && sram >= 4 * d, "flash_attention_io", "sram_floats (", sram, ") must be at least 4 d = ", 4 * d);
   const std::size_t block_c = (sram + 4 * d - 1) / (4 * d), block_r = std::min(block_c, d);
+  return flash_attention_io(n, d, block_r, block_c);
+}
+
+std::size_t flash_tile_floats(std::size_t d, std::size_t block_r, std::size_t block_c) {
+  // K_j, V_j: 2 B_c d; Q_i, O_i: 2 B_r d; l_i, m_i: 2 B_r; the score tile S_ij: B_r B_c.
+  return 2 * block_c * d + 2 * block_r * d + 2 * block_r + block_r * block_c;
+}
+
+IoCount flash_attention_io(std::size_t n, std::size_t d, std::size_t block_r, std::size_t block_c) {
+  const char* fn = "flash_attention_io";
+  require(n > 0, fn, "n (", n, ") must be positive");
+  require(d > 0, fn, "d (", d, ") must be positive");
+  require(block_r > 0, fn, "block_r (", block_r, ") must be positive");
+  require(block_c > 0, fn, "block_c (", block_c, ") must be positive");
   const auto N = static_cast<double>(n), D = static_cast<double>(d);
   const double t_c = std::ceil(N / static_cast<double>(block_c));
   IoCount io;
   // K and V once (2 n d); per key tile, all of Q, O, l, m read (2 n d + 2 n) and O, l, m written.
   io.hbm_reads = 2 * N * D + t_c * (2 * N * D + 2 * N);
   io.hbm_writes = t_c * (N * D + 2 * N);
-  const std::size_t cols = std::min(block_c, n), rows = std::min(block_r, n);
-  io.peak_sram = 2 * cols * d + 2 * rows * d + 2 * rows + rows * cols;
+  io.peak_sram = flash_tile_floats(d, std::min(block_r, n), std::min(block_c, n));
   return io;
+}
+
+FlashTiles best_flash_tiles(std::size_t n, std::size_t d, std::size_t sram) {
+  const char* fn = "best_flash_tiles";
+  require(n > 0 && d > 0, fn, "n (", n, ") and d (", d, ") must be positive");
+  require(flash_tile_floats(d, 1, 1) <= sram, fn, "sram_floats (", sram, ") is below the smallest tiles' ",
+          flash_tile_floats(d, 1, 1), " floats");
+  // The traffic depends on B_c only (each key tile streams Q and O once), so: the largest B_c
+  // that fits with B_r = 1, then the largest B_r that still fits with that B_c.
+  std::size_t block_c = 1;
+  while (block_c < n && flash_tile_floats(d, 1, block_c + 1) <= sram) ++block_c;
+  // Fewer key tiles is what counts: shrink B_c while the number of key tiles stays the same
+  // (it leaves room for a larger B_r).
+  const std::size_t key_tiles = (n + block_c - 1) / block_c;
+  block_c = (n + key_tiles - 1) / key_tiles;
+  std::size_t block_r = 1;
+  while (block_r < n && flash_tile_floats(d, block_r + 1, block_c) <= sram) ++block_r;
+  return {block_r, block_c, flash_attention_io(n, d, block_r, block_c)};
 }
 
 }  // namespace tvlab::analysis

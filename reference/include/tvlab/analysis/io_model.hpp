@@ -42,4 +42,25 @@ IoRun flash_attention_io_run(const Tensor2& q, const Tensor2& k, const Tensor2& 
 IoCount standard_attention_io(std::size_t n, std::size_t d);
 IoCount flash_attention_io(std::size_t n, std::size_t d, std::size_t sram_floats);
 
+/// The same count for tiles of `block_r` query rows and `block_c` key rows chosen freely
+/// (`peak_sram` = `flash_tile_floats(d, block_r, block_c)` for n at least a tile).
+IoCount flash_attention_io(std::size_t n, std::size_t d, std::size_t block_r, std::size_t block_c);
+
+/// On-chip floats Algorithm 1 holds for one pair of tiles: \f$ K_j, V_j \f$ (\f$ 2B_cd \f$),
+/// \f$ Q_i, O_i \f$ (\f$ 2B_rd \f$), \f$ \ell_i, m_i \f$ (\f$ 2B_r \f$) and the score tile (\f$ B_rB_c \f$).
+std::size_t flash_tile_floats(std::size_t d, std::size_t block_r, std::size_t block_c);
+
+/// Tile sizes for Algorithm 1 and the traffic they give.
+struct FlashTiles {
+  std::size_t block_r = 0, block_c = 0;
+  IoCount io;
+};
+
+/// @ingroup ch04
+/// The tile sizes \f$ (B_r, B_c) \f$, \f$ 1 \le B_r, B_c \le n \f$, whose tiles fit in `sram_floats`
+/// (`flash_tile_floats` <= M) and that move the fewest elements in Algorithm 1; among equal
+/// traffic, the largest \f$ B_r \f$ (fewer, larger query tiles). Throws `tvlab::Error` when not even
+/// \f$ B_r = B_c = 1 \f$ fits.
+FlashTiles best_flash_tiles(std::size_t n, std::size_t d, std::size_t sram_floats);
+
 }  // namespace tvlab::analysis

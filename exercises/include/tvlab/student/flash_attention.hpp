@@ -1,0 +1,14 @@
+#pragma once
+/// @file
+/// Exercise 04.2: flash attention's tiled forward pass. Same contract as
+/// `tvlab::ref::flash_attention_forward` (FP8 emulation not required: reject `cfg.fp8`).
+
+#include "tvlab/core/flash_config.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::student {
+
+/// @ingroup ch04
+FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
+
+}  // namespace tvlab::student
