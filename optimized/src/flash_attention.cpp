@@ -226,6 +226,95 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
   return result;
 }
 
+// ---------------------------------------------------------------------------------- backward
+
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const auto scale =
+      static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
+  const std::size_t shift = seq_k - seq_q;
+  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
+  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+  // D_i = rowsum(dO_i o O_i), once per query row.
+  std::vector<float> delta(heads * seq_q);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(heads * seq_q); ++r) {
+    const float* o_row = out.data() + static_cast<std::size_t>(r) * d_v;
+    const float* do_row = dout.data() + static_cast<std::size_t>(r) * d_v;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (std::size_t e = 0; e < d_v; ++e) sum += o_row[e] * do_row[e];
+    delta[static_cast<std::size_t>(r)] = sum;
+  }
+
+  // For query i and key j (visible, query seen some key): P_ij = e^{scale q_i.k_j - L_i} and
+  // dS_ij = P_ij (dO_i.v_j - D_i); the two passes below call this for their own loop order.
+  auto p_and_ds = [&](std::size_t h, std::size_t i, std::size_t j, float& p, float& ds) {
+    const float* qi = q.data() + (h * seq_q + i) * d;
+    const float* kj = k.data() + (h * seq_k + j) * d;
+    const float* doi = dout.data() + (h * seq_q + i) * d_v;
+    const float* vj = v.data() + (h * seq_k + j) * d_v;
+    float dot = 0.0f, dp = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (std::size_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
+#pragma omp simd reduction(+ : dp)
+    for (std::size_t e = 0; e < d_v; ++e) dp += doi[e] * vj[e];
+    p = std::exp(scale * dot - lse(h, i));
+    ds = p * (dp - delta[h * seq_q + i]);
+  };
+  auto visible = [&](std::size_t h, std::size_t i, std::size_t j) {
+    return !(cfg.causal && j > i + shift) && lse(h, i) != neg_inf;
+  };
+
+  FlashGrads g{xt::zeros<float>({heads, seq_q, d}), xt::zeros<float>({heads, seq_k, d}), xt::zeros<float>({heads, seq_k, d_v})};
+  // Pass 1, threads over (head, key tile): dV_j += P^T dO, dK_j += scale dS^T Q.
+#pragma omp parallel for schedule(dynamic)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * k_tiles); ++task) {
+    const std::size_t h = static_cast<std::size_t>(task) / k_tiles, c0 = (static_cast<std::size_t>(task) % k_tiles) * bc;
+    const std::size_t c1 = std::min(seq_k, c0 + bc);
+    for (std::size_t j = c0; j < c1; ++j) {
+      float* dk = g.dk.data() + (h * seq_k + j) * d;
+      float* dv = g.dv.data() + (h * seq_k + j) * d_v;
+      // Causal: key j is seen by queries i >= j - shift only.
+      const std::size_t first_query = cfg.causal && j > shift ? j - shift : 0;
+      for (std::size_t i = first_query; i < seq_q; ++i) {
+        if (!visible(h, i, j)) continue;
+        float p = 0.0f, ds = 0.0f;
+        p_and_ds(h, i, j, p, ds);
+        const float* doi = dout.data() + (h * seq_q + i) * d_v;
+        const float* qi = q.data() + (h * seq_q + i) * d;
+#pragma omp simd
+        for (std::size_t e = 0; e < d_v; ++e) dv[e] += p * doi[e];
+#pragma omp simd
+        for (std::size_t e = 0; e < d; ++e) dk[e] += scale * ds * qi[e];
+      }
+    }
+  }
+  // Pass 2, threads over (head, query tile): dQ_i += scale dS K.
+#pragma omp parallel for schedule(dynamic)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * q_tiles); ++task) {
+    const std::size_t h = static_cast<std::size_t>(task) / q_tiles, r0 = (static_cast<std::size_t>(task) % q_tiles) * br;
+    const std::size_t r1 = std::min(seq_q, r0 + br);
+    for (std::size_t i = r0; i < r1; ++i) {
+      float* dq = g.dq.data() + (h * seq_q + i) * d;
+      const std::size_t last_key = cfg.causal ? std::min(seq_k, i + shift + 1) : seq_k;
+      for (std::size_t j = 0; j < last_key; ++j) {
+        if (!visible(h, i, j)) continue;
+        float p = 0.0f, ds = 0.0f;
+        p_and_ds(h, i, j, p, ds);
+        const float* kj = k.data() + (h * seq_k + j) * d;
+#pragma omp simd
+        for (std::size_t e = 0; e < d; ++e) dq[e] += scale * ds * kj[e];
+      }
+    }
+  }
+  return g;
+}
+
 const std::vector<FlashVariant>& flash_variants() {
   static const std::vector<FlashVariant> variants = {
       {"v1", "the tiled loops in float: threads over (head, query tile), contiguous SIMD dot products and axpys",
