@@ -18,6 +18,8 @@
 #include "tvlab/opt/blas_kernel.hpp"
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/ref/flash_attention.hpp"
+#include "tvlab/cuda/attention_device.hpp"
+#include "tvlab/cuda/flash_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
 // ------------------------------------------------------------------ heap accounting
@@ -140,6 +142,44 @@ void BM_backward(benchmark::State& state) {
   state.counters["GFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, cfg.causal));
 }
 
+// CUDA (registered when a device is present): the tiled flash kernel against chapter 00's
+// unfused cuBLAS path (two batched SGEMMs around a softmax kernel over the n x n scores), timed
+// with CUDA events and an L2 flush between repeats. TFLOP/s.
+struct CudaRun {
+  cuda::device::FlashArgs flash;
+  cuda::device::AttentionArgs unfused;
+};
+
+void BM_cuda(benchmark::State& state, bool flash) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const bool causal = state.range(2) != 0;
+  const Inputs in(n, d);
+  cuda::DeviceBuffer<float> q(in.q.data(), in.q.size()), k(in.k.data(), in.k.size()), v(in.v.data(), in.v.size());
+  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n), scores(flash ? 0 : kHeads * n * n);
+  CudaRun run;
+  run.flash = {q.get(), k.get(), v.get(), out.get(), lse.get(), kHeads, n, n, d, d, 64, 64,
+               static_cast<float>(1 / std::sqrt(static_cast<double>(d))), causal};
+  run.unfused.q = q.get();
+  run.unfused.k = k.get();
+  run.unfused.v = v.get();
+  run.unfused.out = out.get();
+  run.unfused.scores = scores.get();
+  run.unfused.heads = kHeads;
+  run.unfused.seq_q = run.unfused.seq_k = n;
+  run.unfused.head_dim = run.unfused.head_dim_v = d;
+  run.unfused.scale = run.flash.scale;
+  run.unfused.causal = causal;
+  for (auto _ : state) {
+    const double ms = flash ? cuda::device::time_kernel_ms([](void* c) { cuda::device::flash_forward_tiled(static_cast<CudaRun*>(c)->flash); }, &run)
+                            : cuda::device::time_kernel_ms([](void* c) { cuda::device::scaled_dot_product_attention(static_cast<CudaRun*>(c)->unfused); }, &run);
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.counters["TFLOP/s"] = bench::gflops(attention_flops(n, d, causal) / 1e3);
+}
+
+void BM_cuda_flash(benchmark::State& state) { BM_cuda(state, true); }
+void BM_cuda_unfused(benchmark::State& state) { BM_cuda(state, false); }
+
 }  // namespace
 
 BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -162,6 +202,12 @@ BENCHMARK(BM_backward<opt::flash_attention_backward>)->Name("opt_flash_backward"
 int main(int argc, char** argv) {
   tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead
   benchmark::Initialize(&argc, argv);
+  if (tvlab::cuda::device_available()) {
+    for (auto* b : {benchmark::RegisterBenchmark("cuda_flash_tiled", BM_cuda_flash),
+                    benchmark::RegisterBenchmark("cuda_unfused_cublas", BM_cuda_unfused)})
+      b->ArgNames({"n", "d", "causal"})->ArgsProduct({{1024, 4096, 16384}, {64, 128}, {0, 1}})->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+  }
   benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
   benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());
   benchmark::AddCustomContext("heads", "8");

@@ -13,6 +13,7 @@
 #include "tvlab/analysis/io_model.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/cuda/flash_attention.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/ref/attention.hpp"
@@ -52,7 +53,7 @@ Inputs make_inputs(std::uint64_t seed, std::size_t heads, std::size_t n, std::si
 FlashOutput run_backend(const std::string& b, const Inputs& in, const FlashConfig& cfg) {
   if (b == "ref") return ref::flash_attention_forward(in.q, in.k, in.v, cfg);
   if (b == "opt") return opt::flash_attention_forward(in.q, in.k, in.v, cfg);
-  fail("04_flash_attention", "--backend cuda: the CUDA flash kernels are not written yet");
+  return cuda::flash_attention_forward(in.q, in.k, in.v, cfg);
 }
 
 // As in the tests: a score is a length-d dot product of size about sqrt(d) after the scale, the
@@ -120,7 +121,6 @@ std::vector<DocumentCheck> document_checks() {
 // ------------------------------------------------------------------------------------ agreement
 
 std::vector<Agreement> agreements(bool include_cuda) {
-  (void)include_cuda;  // no CUDA flash kernel yet
   std::vector<Agreement> out;
   struct Example {
     std::size_t heads, n, d;
@@ -143,6 +143,10 @@ std::vector<Agreement> agreements(bool include_cuda) {
     for (const auto& variant : opt::flash_variants())
       out.push_back({"flash_attention_forward", "opt_" + variant.name, example,
                      max_abs_difference(variant.function(in.q, in.k, in.v, cfg).out, r.out), tolerance(in)});
+    // results.md must not depend on the machine: CUDA only in the tour, when a device is present.
+    if (include_cuda && cuda_usable())
+      out.push_back({"flash_attention_forward", "cuda", example,
+                     max_abs_difference(cuda::flash_attention_forward(in.q, in.k, in.v, cfg).out, r.out), tolerance(in)});
   }
   return out;
 }
@@ -322,8 +326,8 @@ int run(const Options& o, const GlobalOptions& g) {
   bool ok = true;
   for (const auto& b : selected_backends(o.backend)) {
     nlohmann::json entry = {{"backend", b}};
-    if (b == "cuda") {
-      entry["skipped"] = "no CUDA flash kernel yet";
+    if (b == "cuda" && !cuda_usable()) {
+      entry["skipped"] = cuda::device_description();
       results.push_back(entry);
       continue;
     }

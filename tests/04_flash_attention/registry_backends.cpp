@@ -1,4 +1,5 @@
 #include "impls.hpp"
+#include "tvlab/cuda/flash_attention.hpp"
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/ref/online_softmax.hpp"
@@ -16,6 +17,8 @@ const std::vector<Impl>& registry() {
     };
     for (const auto& variant : opt::flash_variants())
       all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr});
+    all.push_back({"cuda", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward, nullptr});
+    all.push_back({"cuda_rowwise", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward_rowwise, nullptr});
     return all;
   }();
   return impls;

@@ -5,6 +5,7 @@
 
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/ffn_device.hpp"
+#include "tvlab/cuda/flash_device.hpp"
 #include "tvlab/cuda/norm_device.hpp"
 #include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
@@ -42,5 +43,9 @@ void swiglu_combine(const float*, const float*, float*, std::size_t) { no_cuda("
 void apply_rope_inplace(float*, std::size_t, std::size_t, std::size_t, const float*, const float*, bool) {
   no_cuda("apply_rope_inplace");
 }
+void flash_forward_rowwise(const FlashArgs&) { no_cuda("flash_forward_rowwise"); }
+void flash_forward_tiled(const FlashArgs&) { no_cuda("flash_forward_tiled"); }
+std::size_t flash_tiled_shared_bytes(const FlashArgs& a) { return a.block_k * (a.head_dim + a.head_dim_v) * sizeof(float); }
+std::size_t max_shared_bytes_per_block() { no_cuda("max_shared_bytes_per_block"); }
 }  // namespace device
 }  // namespace tvlab::cuda

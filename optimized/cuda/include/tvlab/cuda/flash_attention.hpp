@@ -1,0 +1,23 @@
+#pragma once
+/// @file
+/// CUDA flash attention (chapter 04), host tensors in and out. Must match
+/// `tvlab::ref::flash_attention_forward` (FP8 emulation excepted: `cfg.fp8` is rejected).
+
+#include "tvlab/core/flash_config.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::cuda {
+
+/// @ingroup ch04
+/// Version 1 (`device::flash_forward_rowwise`): one thread per query row.
+FlashOutput flash_attention_forward_rowwise(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                            const FlashConfig& cfg = {});
+
+/// @ingroup ch04
+/// Version 2 (`device::flash_forward_tiled`): one thread block per (head, query tile of
+/// `cfg.block_q` <= 1024 rows), key/value tiles of `cfg.block_k` rows staged in shared memory,
+/// whole tiles skipped under the causal mask. Throws `tvlab::Error` naming `block_q` or
+/// `block_k` when a tile does not fit the device.
+FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
+
+}  // namespace tvlab::cuda
