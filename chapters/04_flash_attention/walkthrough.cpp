@@ -176,6 +176,28 @@ std::string io_tables() {
   return md.str();
 }
 
+// The memory hierarchy of the two GPUs the documents discuss, computed from their specifications:
+// streaming multiprocessors, L1/shared memory per SM, boost clock, HBM bandwidth; shared memory
+// delivers 128 bytes per clock per SM on both.
+std::string hardware_table() {
+  struct Gpu {
+    std::string name;
+    double sms, sram_kib, clock_ghz, hbm_tbs;
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (const Gpu& g : {Gpu{"A100 40 GB SXM", 108, 192, 1.41, 1.555}, Gpu{"A100 80 GB SXM", 108, 192, 1.41, 2.039},
+                       Gpu{"H100 SXM", 132, 228, 1.98, 3.35}}) {
+    const double total_mib = g.sms * g.sram_kib / 1024;
+    const double sram_tbs = 128 * g.sms * g.clock_ghz * 1e9 / 1e12;
+    rows.push_back({g.name, fixed(g.sms, 0) + " x " + fixed(g.sram_kib, 0) + " KiB", fixed(total_mib, 2) + " MiB",
+                    fixed(sram_tbs, 1) + " TB/s", fixed(g.hbm_tbs, 3) + " TB/s", fixed(sram_tbs / g.hbm_tbs, 1) + "x",
+                    fixed(g.sram_kib * 1024 / 2, 0)});
+  }
+  return markdown_table({"GPU", "on-chip memory (L1/shared per SM)", "total", "its bandwidth (128 B/clock/SM at boost)",
+                         "HBM bandwidth", "ratio", "M per SM in fp16 elements"},
+                        rows);
+}
+
 std::string tile_table() {
   std::vector<std::vector<std::string>> rows;
   for (std::size_t n : {1024UL, 4096UL, 16384UL}) {
@@ -219,6 +241,9 @@ std::string markdown(const GlobalOptions&) {
   std::ostringstream md;
   md << results_header("04_flash_attention", "Chapter 04, flash attention");
   md << "## The documents' numbers and statements\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## The GPUs' memory hierarchy\n\n" << hardware_table()
+     << "\nThe FlashAttention papers quote about 19 TB/s for A100 and 31 TB/s for H100; either way on-chip "
+        "memory is about ten times faster than HBM, not twenty.\n\n";
   md << "## The IO model\n\n" << io_tables();
   md << "## Causal attention: tiles skipped whole\n\n" << tile_table() << '\n';
   md << "## FP8 (E4M3) emulation\n\n"
