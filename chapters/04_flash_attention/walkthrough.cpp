@@ -166,10 +166,15 @@ std::string io_tables() {
         const analysis::IoCount s = analysis::standard_attention_io(n, d), f = analysis::flash_attention_io(n, d, m);
         rows.push_back({std::to_string(n), std::to_string(d), std::to_string(m_kib) + " KiB (" + std::to_string(m) + ")",
                         sci(s.total(), 3), sci(f.total(), 3), fixed(s.total() / f.total(), 2),
-                        fixed(static_cast<double>(m) / (3.0 * static_cast<double>(d * d)), 2)});
+                        fixed(static_cast<double>(m) / (3.0 * static_cast<double>(d * d)), 2),
+                        std::to_string(f.peak_sram)});
       }
-  md << markdown_table({"n", "d", "M (floats)", "standard", "flash", "standard / flash", "M / 3d^2"}, rows) << '\n';
-  md << "Doubling M halves flash's traffic (one pass over Q and O per key tile, and there are n / B_c key "
+  md << markdown_table({"n", "d", "M (floats)", "standard", "flash", "standard / flash", "M / 3d^2", "flash peak_sram"},
+                       rows)
+     << '\n';
+  md << "The paper's tile sizes count K_j, V_j, Q_i and O_i but not the score tile or l and m, so the "
+        "tiles can need more than M (peak_sram, in floats). "
+        "Doubling M halves flash's traffic (one pass over Q and O per key tile, and there are n / B_c key "
         "tiles); standard attention's 4 n^2 does not depend on M. Both grow as n^2, so the advantage is "
         "about M / 3d^2 at every length, which is why the larger SRAM of newer GPUs and a smaller head "
         "dimension both help.\n\n";
@@ -186,14 +191,14 @@ std::string hardware_table() {
   };
   std::vector<std::vector<std::string>> rows;
   for (const Gpu& g : {Gpu{"A100 40 GB SXM", 108, 192, 1.41, 1.555}, Gpu{"A100 80 GB SXM", 108, 192, 1.41, 2.039},
-                       Gpu{"H100 SXM", 132, 228, 1.98, 3.35}}) {
+                       Gpu{"H100 SXM", 132, 256, 1.98, 3.35}}) {
     const double total_mib = g.sms * g.sram_kib / 1024;
     const double sram_tbs = 128 * g.sms * g.clock_ghz * 1e9 / 1e12;
     rows.push_back({g.name, fixed(g.sms, 0) + " x " + fixed(g.sram_kib, 0) + " KiB", fixed(total_mib, 2) + " MiB",
                     fixed(sram_tbs, 1) + " TB/s", fixed(g.hbm_tbs, 3) + " TB/s", fixed(sram_tbs / g.hbm_tbs, 1) + "x",
                     fixed(g.sram_kib * 1024 / 2, 0)});
   }
-  return markdown_table({"GPU", "on-chip memory (L1/shared per SM)", "total", "its bandwidth (128 B/clock/SM at boost)",
+  return markdown_table({"GPU", "combined L1/shared memory per SM", "total", "its bandwidth (128 B/clock/SM at boost)",
                          "HBM bandwidth", "ratio", "M per SM in fp16 elements"},
                         rows);
 }
@@ -242,8 +247,9 @@ std::string markdown(const GlobalOptions&) {
   md << results_header("04_flash_attention", "Chapter 04, flash attention");
   md << "## The documents' numbers and statements\n\n" << checks_markdown(document_checks()) << '\n';
   md << "## The GPUs' memory hierarchy\n\n" << hardware_table()
-     << "\nThe FlashAttention papers quote about 19 TB/s for A100 and 31 TB/s for H100; either way on-chip "
-        "memory is about ten times faster than HBM, not twenty.\n\n";
+     << "\nAt most 164 KiB (A100) and 228 KiB (H100) of it can be shared memory. The FlashAttention papers "
+        "quote about 19 TB/s for A100 and 31 TB/s for H100; either way on-chip memory is about ten times "
+        "faster than HBM, not twenty.\n\n";
   md << "## The IO model\n\n" << io_tables();
   md << "## Causal attention: tiles skipped whole\n\n" << tile_table() << '\n';
   md << "## FP8 (E4M3) emulation\n\n"

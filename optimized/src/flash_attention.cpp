@@ -131,7 +131,8 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
 
   // Pack every key tile once, shared by all query tiles of its head: K_j transposed to
   // [d, bc_pad] (the score micro-kernel then loads contiguous keys) and V_j to [bc, dv_pad].
-  // Together the size of K and V: no [seq_q, seq_k] buffer.
+  // About the size of K and V (more when block_k is much smaller than a micro-kernel block, whose
+  // width every tile is padded to): no [seq_q, seq_k] buffer.
   const std::size_t kt_tile = d * bc_pad, v_tile = bc * dv_pad;
   std::vector<float> kt(heads * k_tiles * kt_tile, 0.0f), vp(heads * k_tiles * v_tile, 0.0f);
 #pragma omp parallel for schedule(static)

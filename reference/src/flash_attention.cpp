@@ -17,11 +17,13 @@ Tensor3 through_e4m3(const Tensor3& x, Fp8Scaling scaling, std::size_t block_row
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], width = x.shape()[2];
   Tensor3 y = x;
   auto quantize_group = [&](std::size_t first, std::size_t count) {  // `count` floats from `first`
-    float amax = 0.0f;
-    for (std::size_t t = first; t < first + count; ++t) amax = std::max(amax, std::fabs(x.data()[t]));
-    if (amax == 0.0f) return;
-    const float scale = kE4m3Max / amax;
-    for (std::size_t t = first; t < first + count; ++t) y.data()[t] = round_to_e4m3(x.data()[t] * scale) / scale;
+    double amax = 0.0;
+    for (std::size_t t = first; t < first + count; ++t) amax = std::max(amax, std::fabs(static_cast<double>(x.data()[t])));
+    if (amax == 0.0) return;
+    // In double: 448 / amax overflows float for amax below about 1e-36.
+    const double scale = kE4m3Max / amax;
+    for (std::size_t t = first; t < first + count; ++t)
+      y.data()[t] = static_cast<float>(round_to_e4m3(static_cast<float>(x.data()[t] * scale)) / scale);
   };
   if (scaling == Fp8Scaling::per_tensor) {
     quantize_group(0, x.size());

@@ -9,7 +9,7 @@ namespace tvlab::ref {
 namespace {
 
 // e^{from - to}, the factor that moves a sum taken relative to `from` to one relative to `to`
-// (to >= from). Both -inf means nothing was seen yet: the factor is irrelevant, use 0, not NaN.
+// (to >= from). Both -inf means nothing was seen yet (the sum is 0): return 1, not e^{-inf + inf} = NaN.
 double rescale(double from, double to) { return from == to ? 1.0 : std::exp(from - to); }
 
 }  // namespace

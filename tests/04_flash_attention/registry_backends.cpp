@@ -6,8 +6,8 @@
 
 namespace tvlab::ch04 {
 
-// ref, opt (the headline version) and every numbered version of opt's flash forward; CUDA
-// joins this table when its kernels are written.
+// ref, opt (the headline version), every numbered version of opt's flash forward, and the two
+// CUDA kernels (tiled, and one thread per row).
 const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = [] {
     std::vector<Impl> all = {

@@ -41,7 +41,7 @@ __global__ void flash_rowwise_kernel(FlashArgs a) {
 }
 
 // v2: block (h, tile) of block_q threads; shared memory holds K_j [block_k, d] then V_j [block_k, dv].
-__global__ void flash_tiled_kernel(FlashArgs a) {
+__global__ void __launch_bounds__(1024) flash_tiled_kernel(FlashArgs a) {
   extern __shared__ float tile[];
   const int d = static_cast<int>(a.head_dim), dv = static_cast<int>(a.head_dim_v);
   const int bq = static_cast<int>(a.block_q), bk = static_cast<int>(a.block_k);
@@ -85,6 +85,13 @@ __global__ void flash_tiled_kernel(FlashArgs a) {
       }
     }
     __syncthreads();  // the next tile overwrites shared memory
+  }
+  // One thread per block reports the block's tiles: computed up to key_end, the rest skipped.
+  if (threadIdx.x == 0 && a.tile_counts) {
+    const unsigned long long computed = static_cast<unsigned long long>((key_end + bk - 1) / bk);
+    const unsigned long long all = static_cast<unsigned long long>((static_cast<long long>(a.seq_k) + bk - 1) / bk);
+    atomicAdd(a.tile_counts, computed);
+    atomicAdd(a.tile_counts + 1, all - computed);
   }
   if (!active) return;
   const long long row = h * static_cast<long long>(a.seq_q) + i;

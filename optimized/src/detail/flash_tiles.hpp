@@ -1,8 +1,7 @@
 #pragma once
 // The tile products of flash attention's v2 as register-blocked SIMD micro-kernels (xsimd:
 // 16 floats per register with AVX-512, 8 with AVX2). Both keep a 4-row x kVectors-register block
-// of accumulators in registers (16 of AVX-512's 32) and stream the other operand from L1:
-// 16 FMAs per 4 loads and 4 broadcasts.
+// of accumulators in registers and stream the other operand from L1.
 
 #include <xsimd/xsimd.hpp>
 
@@ -12,7 +11,9 @@ namespace tvlab::opt::detail {
 
 using FloatBatch = xsimd::batch<float>;
 inline constexpr std::size_t kLanes = FloatBatch::size;
-inline constexpr std::size_t kVectors = 4;                // registers per row in a micro-kernel block
+// Registers per row in a micro-kernel block: 4 x 4 accumulators + 4 loads + 1 broadcast fit
+// AVX-512's 32 registers; AVX2 has 16, so 4 x 2 there.
+inline constexpr std::size_t kVectors = kLanes >= 16 ? 4 : 2;
 inline constexpr std::size_t kTileCols = kVectors * kLanes;  // columns per micro-kernel block
 
 /// S[r][c] = scale * sum_e Q[r][e] Kt[e][c] for r < rows, c < cols_padded (a multiple of

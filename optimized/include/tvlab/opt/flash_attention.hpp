@@ -24,8 +24,8 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
 
 /// @ingroup ch04
 /// Version 2: v1 with the two tile products as register-blocked SIMD micro-kernels
-/// (`detail::score_tile`, `detail::accumulate_pv`: a 4-row x 2-register block of accumulators,
-/// 8 FMAs per 2 loads). Every key tile is packed once per head — K transposed to `[d, B_c]` so the
+/// (`detail::score_tile`, `detail::accumulate_pv`: a 4-row x 4-register block of accumulators on
+/// AVX-512, 16 FMAs per 4 loads and 4 broadcasts; 4 x 2 on AVX2's 16 registers). Every key tile is packed once per head — K transposed to `[d, B_c]` so the
 /// score kernel loads contiguous keys, V to `[B_c, d_v]` — and the online softmax runs on whole
 /// vectors (masked and padded columns set to \f$ -\infty \f$, so \f$ e^{S - m'} = 0 \f$ there). Extra memory:
 /// the packed copy of K and V, and per thread one score tile and one output tile.

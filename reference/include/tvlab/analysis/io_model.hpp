@@ -34,11 +34,12 @@ IoRun standard_attention_io_run(const Tensor2& q, const Tensor2& k, const Tensor
 /// Algorithm 1 of FlashAttention with on-chip memory of `sram_floats` floats:
 /// \f$ B_c = \lceil M / 4d \rceil \f$, \f$ B_r = \min(B_c, d) \f$; the outer loop loads each \f$ K_j, V_j \f$
 /// once, the inner loop loads \f$ Q_i, O_i, \ell_i, m_i \f$ and writes \f$ O_i, \ell_i, m_i \f$ back.
-/// Traffic \f$ \Theta(n^2 d^2 / M) \f$. Throws `tvlab::Error` when M < 4d (no tile fits) or the inputs
-/// do not match.
+/// Traffic \f$ \Theta(n^2 d^2 / M) \f$. The paper's sizing is asymptotic: it ignores the score tile and
+/// \f$ \ell, m \f$, so `peak_sram` can exceed M. Throws `tvlab::Error` when M < 4d (the sizing gives
+/// no tile) or the inputs do not match.
 IoRun flash_attention_io_run(const Tensor2& q, const Tensor2& k, const Tensor2& v, std::size_t sram_floats);
 
-/// The counts those runs report, from the loop structure alone (no data), for large n.
+/// The counts those runs report, from the loop structure alone (no data); exact.
 IoCount standard_attention_io(std::size_t n, std::size_t d);
 IoCount flash_attention_io(std::size_t n, std::size_t d, std::size_t sram_floats);
 

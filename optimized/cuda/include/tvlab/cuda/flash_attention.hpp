@@ -9,15 +9,17 @@
 namespace tvlab::cuda {
 
 /// @ingroup ch04
-/// Version 1 (`device::flash_forward_rowwise`): one thread per query row.
+/// Version 1 (`device::flash_forward_rowwise`): one thread per query row; no tiles (the tile
+/// counts stay 0).
 FlashOutput flash_attention_forward_rowwise(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                             const FlashConfig& cfg = {});
 
 /// @ingroup ch04
 /// Version 2 (`device::flash_forward_tiled`): one thread block per (head, query tile of
 /// `cfg.block_q` <= 1024 rows), key/value tiles of `cfg.block_k` rows staged in shared memory,
-/// whole tiles skipped under the causal mask. Throws `tvlab::Error` naming `block_q` or
-/// `block_k` when a tile does not fit the device.
+/// whole tiles skipped under the causal mask; the tile counts come from the kernel. Tiles are
+/// clamped to the sequence lengths, and `block_k` is reduced when a key and a value tile would
+/// not fit the device's shared memory. Throws `tvlab::Error` naming `block_q` above 1024.
 FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
 
 }  // namespace tvlab::cuda

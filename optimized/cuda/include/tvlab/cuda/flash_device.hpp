@@ -17,16 +17,18 @@ struct FlashArgs {
   std::size_t block_q = 64, block_k = 64;  ///< tile sizes (tiled kernel)
   float scale = 1.0f;
   bool causal = false;
+  unsigned long long* tile_counts = nullptr;  ///< optional [2]: tiles computed, tiles skipped (tiled kernel)
 };
 
 /// Version 1: one thread per query row, walking every key with the online softmax; q and the
-/// output accumulator in per-thread arrays. The simplest correct kernel.
+/// output accumulator in per-thread arrays (local memory). The simplest correct kernel.
 void flash_forward_rowwise(const FlashArgs& args);
 
 /// Version 2: one thread block per (head, query tile of `block_q` rows), one thread per query
 /// row; the block stages each key/value tile of `block_k` rows in shared memory once for all its
-/// rows (block_k (head_dim + head_dim_v) floats), skips tiles the causal mask hides, and keeps the
-/// online-softmax state in registers. fp32 throughout.
+/// rows (block_k (head_dim + head_dim_v) floats), skips tiles the causal mask hides, keeps m and l
+/// in registers and q and the output accumulator in per-thread arrays (local memory), and adds
+/// its tile counts to `tile_counts`. fp32 throughout. block_q <= 1024.
 void flash_forward_tiled(const FlashArgs& args);
 
 /// The shared memory the tiled kernel needs for these arguments, and the most a block may use.
