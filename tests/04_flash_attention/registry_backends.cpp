@@ -1,6 +1,7 @@
 #include "impls.hpp"
 #include "tvlab/cuda/flash_attention.hpp"
 #include "tvlab/opt/flash_attention.hpp"
+#include "tvlab/opt/online_softmax.hpp"
 #include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/ref/online_softmax.hpp"
 
@@ -13,7 +14,7 @@ const std::vector<Impl>& registry() {
     std::vector<Impl> all = {
         {"ref", false, ref::online_softmax, ref::online_softmax_merge, analysis::best_flash_tiles,
          ref::flash_attention_forward, ref::flash_attention_backward},
-        {"opt", false, nullptr, nullptr, nullptr, opt::flash_attention_forward, opt::flash_attention_backward},
+        {"opt", false, opt::online_softmax, nullptr, nullptr, opt::flash_attention_forward, opt::flash_attention_backward},
     };
     for (const auto& variant : opt::flash_variants())
       all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr});
