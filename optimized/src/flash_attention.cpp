@@ -229,8 +229,8 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
 
 // ---------------------------------------------------------------------------------- backward
 
-FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
-                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
@@ -312,6 +312,134 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
         for (std::size_t e = 0; e < d; ++e) dq[e] += scale * ds * kj[e];
       }
     }
+  }
+  return g;
+}
+
+// v2: the same two passes with the tile products on the micro-kernels of the forward v2. Packed
+// once per head: K^T and V^T per key tile ([d, bc_pad], [d_v, bc_pad]) for S = Q K^T and
+// dP = dO V^T; K, Q and dO padded to whole micro-kernel widths for the accumulations
+// dQ += dS K, dK += dS^T Q and dV += P^T dO.
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const auto scale =
+      static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
+  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
+  const std::size_t shift = seq_k - seq_q;
+  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
+  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  const std::size_t w = detail::kTileCols;
+  const std::size_t bc_pad = round_up(bc, w), br_pad = round_up(br, w), d_pad = round_up(d, w), dv_pad = round_up(d_v, w);
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+  // Packing (zeros in the padding).
+  std::vector<float> kt(heads * k_tiles * d * bc_pad, 0.0f), vt(heads * k_tiles * d_v * bc_pad, 0.0f);
+  std::vector<float> k_pad(heads * seq_k * d_pad, 0.0f), q_pad(heads * seq_q * d_pad, 0.0f), do_pad(heads * seq_q * dv_pad, 0.0f);
+  std::vector<float> delta(heads * seq_q);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
+    const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
+    for (std::size_t c = 0; c < std::min(bc, seq_k - c0); ++c) {
+      const float* krow = k.data() + (h * seq_k + c0 + c) * d;
+      const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
+      for (std::size_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(t) * d * bc_pad + e * bc_pad + c] = krow[e];
+      for (std::size_t e = 0; e < d_v; ++e) vt[static_cast<std::size_t>(t) * d_v * bc_pad + e * bc_pad + c] = vrow[e];
+      std::copy(krow, krow + d, k_pad.data() + (h * seq_k + c0 + c) * d_pad);
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(heads * seq_q); ++r) {
+    const auto row = static_cast<std::size_t>(r);
+    std::copy(q.data() + row * d, q.data() + (row + 1) * d, q_pad.data() + row * d_pad);
+    std::copy(dout.data() + row * d_v, dout.data() + (row + 1) * d_v, do_pad.data() + row * dv_pad);
+    float sum = 0.0f;  // D_i = rowsum(dO_i o O_i)
+    for (std::size_t e = 0; e < d_v; ++e) sum += out.data()[row * d_v + e] * dout.data()[row * d_v + e];
+    delta[row] = sum;
+  }
+
+  // P and dS of query tile [r0, r0 + rows) against key tile j, into p and ds ([rows, bc_pad]);
+  // masked keys, padding and queries that saw no key give 0. dp is scratch.
+  auto tile_p_ds = [&](std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp, float* ds) {
+    const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
+    detail::score_tile(q.data() + (h * seq_q + r0) * d, d, kt.data() + (h * k_tiles + j) * d * bc_pad, bc_pad, p, bc_pad,
+                       rows, bc_pad, scale);
+    detail::score_tile(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.data() + (h * k_tiles + j) * d_v * bc_pad, bc_pad, dp,
+                       bc_pad, rows, bc_pad, 1.0f);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t i = r0 + r;
+      const float l_i = lse(h, i), d_i = delta[h * seq_q + i];
+      const std::size_t visible =
+          l_i == neg_inf ? 0 : cfg.causal ? std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0) : cols;
+      float* prow = p + r * bc_pad;
+      float* dprow = dp + r * bc_pad;
+      float* dsrow = ds + r * bc_pad;
+      for (std::size_t c = 0; c < visible; ++c) {
+        prow[c] = std::exp(prow[c] - l_i);  // P = e^{S - L}
+        dsrow[c] = prow[c] * (dprow[c] - d_i);  // dS = P (dP - D)
+      }
+      std::fill(prow + visible, prow + bc_pad, 0.0f);
+      std::fill(dsrow + visible, dsrow + bc_pad, 0.0f);
+    }
+  };
+  auto first_visible_query = [&](std::size_t c0) { return cfg.causal && c0 > shift ? c0 - shift : 0; };
+
+  FlashGrads g{xt::zeros<float>({heads, seq_q, d}), xt::zeros<float>({heads, seq_k, d}), xt::zeros<float>({heads, seq_k, d_v})};
+  const int threads = omp_get_max_threads();
+  // Per thread: p, dp, ds [br, bc_pad]; their transposes [bc, br_pad]; accumulators [bc, d_pad + dv_pad] or [br, d_pad].
+  const std::size_t per_thread = 3 * br * bc_pad + 2 * bc * br_pad + bc * (d_pad + dv_pad) + br * d_pad;
+  std::vector<float> scratch(static_cast<std::size_t>(threads) * per_thread);
+
+  // Pass 1, threads over (head, key tile): dV_j += P^T dO, dK_j += scale dS^T Q.
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * k_tiles); ++task) {
+    const std::size_t h = static_cast<std::size_t>(task) / k_tiles, j = static_cast<std::size_t>(task) % k_tiles;
+    const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
+    float* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* dp = p + br * bc_pad;
+    float* ds = dp + br * bc_pad;
+    float* pt = ds + br * bc_pad;
+    float* dst = pt + bc * br_pad;
+    float* dk_acc = dst + bc * br_pad;
+    float* dv_acc = dk_acc + bc * d_pad;
+    std::fill(dk_acc, dk_acc + bc * (d_pad + dv_pad), 0.0f);
+    for (std::size_t r0 = first_visible_query(c0) / br * br; r0 < seq_q; r0 += br) {
+      const std::size_t rows = std::min(br, seq_q - r0);
+      tile_p_ds(h, r0, rows, j, p, dp, ds);
+      // Transpose P and dS to [cols, rows] (zero-padded to br_pad) for the accumulations.
+      std::fill(pt, pt + 2 * bc * br_pad, 0.0f);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) {
+          pt[c * br_pad + r] = p[r * bc_pad + c];
+          dst[c * br_pad + r] = scale * ds[r * bc_pad + c];
+        }
+      detail::accumulate_pv(pt, br_pad, do_pad.data() + (h * seq_q + r0) * dv_pad, dv_pad, dv_acc, cols, rows);
+      detail::accumulate_pv(dst, br_pad, q_pad.data() + (h * seq_q + r0) * d_pad, d_pad, dk_acc, cols, rows);
+    }
+    for (std::size_t c = 0; c < cols; ++c) {
+      std::copy(dk_acc + c * d_pad, dk_acc + c * d_pad + d, g.dk.data() + (h * seq_k + c0 + c) * d);
+      std::copy(dv_acc + c * dv_pad, dv_acc + c * dv_pad + d_v, g.dv.data() + (h * seq_k + c0 + c) * d_v);
+    }
+  }
+  // Pass 2, threads over (head, query tile): dQ_i += scale dS K.
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * q_tiles); ++task) {
+    const std::size_t h = static_cast<std::size_t>(task) / q_tiles, r0 = (static_cast<std::size_t>(task) % q_tiles) * br;
+    const std::size_t rows = std::min(br, seq_q - r0);
+    float* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* dp = p + br * bc_pad;
+    float* ds = dp + br * bc_pad;
+    float* dq_acc = ds + br * bc_pad;
+    std::fill(dq_acc, dq_acc + rows * d_pad, 0.0f);
+    for (std::size_t j = 0; j < k_tiles; ++j) {
+      const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
+      if (cfg.causal && c0 > r0 + rows - 1 + shift) break;  // this and later key tiles are hidden
+      tile_p_ds(h, r0, rows, j, p, dp, ds);
+      for (std::size_t t = 0; t < rows * bc_pad; ++t) ds[t] *= scale;
+      detail::accumulate_pv(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_acc, rows, cols);
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+      std::copy(dq_acc + r * d_pad, dq_acc + r * d_pad + d, g.dq.data() + (h * seq_q + r0 + r) * d);
   }
   return g;
 }

@@ -33,13 +33,22 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
                                        const FlashConfig& cfg = {});
 
 /// @ingroup ch04
-/// The backward pass on the CPU, same contract as `ref::flash_attention_backward`: \f$ P \f$ is
+/// The backward pass v1 on the CPU, same contract as `ref::flash_attention_backward`: \f$ P \f$ is
 /// recomputed tile by tile from the saved log-sum-exp, in float. Two parallel passes avoid
 /// write conflicts without atomics: threads over (head, key tile) accumulate \f$ dK_j, dV_j \f$,
 /// then threads over (head, query tile) accumulate \f$ dQ_i \f$, each recomputing every
 /// \f$ P_{ij} \f$ and \f$ dS_{ij} \f$ it needs from two `omp simd` dot products (twice the
 /// recomputation of a GPU kernel that adds \f$ dQ \f$ atomically). No `[seq_q, seq_k]` buffer; the
 /// tile products are not yet micro-kernels, as they are in the forward v2.
+FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
+
+/// @ingroup ch04
+/// The backward pass v2 (what `flash_attention_backward` runs): v1's two passes with the tile
+/// products on the forward v2's micro-kernels — \f$ S = QK^\top \f$ and \f$ dP = dO\,V^\top \f$ from
+/// \f$ K^\top \f$ and \f$ V^\top \f$ packed per key tile, \f$ dV \mathrel{+}= P^\top dO \f$,
+/// \f$ dK \mathrel{+}= \text{scale}\,dS^\top Q \f$ and \f$ dQ \mathrel{+}= \text{scale}\,dS\,K \f$ on padded copies.
+/// Extra memory: packed copies of q, k, v and dout, and per thread a few tiles.
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
