@@ -15,6 +15,11 @@ namespace tvlab::bench {
 void BM_openblas_sgemm(benchmark::State& state);
 /// memcpy of range(0) bytes: the memory-bandwidth limit for GB/s figures (read + write counted).
 void BM_memcpy(benchmark::State& state);
+/// y_i = s x_i over range(0) bytes of x into a second buffer, threaded and vectorised: the limit
+/// for a kernel that reads one tensor and writes another (read + write counted). Unlike glibc's
+/// memcpy, whose non-temporal stores bypass the cache, it sees the last-level cache when the
+/// data fits there.
+void BM_stream_scale(benchmark::State& state);
 
 /// Validates a result against the reference before timing; on failure the benchmark reports
 /// an error instead of a time (an optimized kernel that is wrong is not fast).
