@@ -12,6 +12,28 @@
 #include "detail/flash_tiles.hpp"
 
 namespace tvlab::opt {
+namespace {
+
+// The sizes every version works with: the shapes, the causal shift (query i sees keys
+// j <= i + shift), and tiles clamped to the sequences with their counts.
+struct FlashDims {
+  std::size_t heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles;
+  FlashDims(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg)
+      : heads(q.shape()[0]), seq_q(q.shape()[1]), d(q.shape()[2]), seq_k(k.shape()[1]), d_v(v.shape()[2]),
+        shift(seq_k - seq_q), br(std::min(cfg.block_q, seq_q)), bc(std::min(cfg.block_k, seq_k)),
+        q_tiles((seq_q + br - 1) / br), k_tiles((seq_k + bc - 1) / bc) {}
+};
+
+// How many keys of the tile [c0, c0 + cols) query i may see: all of them, or under the causal
+// mask those with j <= i + shift.
+std::size_t visible_keys(const FlashConfig& cfg, std::size_t shift, std::size_t i, std::size_t c0, std::size_t cols) {
+  if (!cfg.causal) return cols;
+  return std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0);
+}
+
+std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------- v1
 
@@ -19,11 +41,8 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
   require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward",
           "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
-  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
-  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
-  const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift
-  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
-  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  const FlashDims dims(q, k, v, cfg);
+  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
   FlashOutput result{Tensor3::from_shape({heads, seq_q, d_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
@@ -61,7 +80,7 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
         const float* qi = qh + i * d;
         float* srow = s + r * bc;
         // S_rc = scale q_i . k_c for the keys the causal mask allows; the others count as -inf.
-        const std::size_t visible = cfg.causal ? std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0) : cols;
+        const std::size_t visible = visible_keys(cfg, shift, i, c0, cols);
         float tile_max = neg_inf;
         for (std::size_t c = 0; c < visible; ++c) {
           const float* kc = kh + (c0 + c) * d;
@@ -108,23 +127,14 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
 
 // ---------------------------------------------------------------------------------------- v2
 
-namespace {
-
-std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
-
-}  // namespace
-
 FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   using detail::FloatBatch;
   using detail::kLanes;
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
   require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward",
           "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
-  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
-  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
-  const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift
-  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
-  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  const FlashDims dims(q, k, v, cfg);
+  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
   // Tile widths padded to whole micro-kernel blocks; the padding is zeros in K^T and V.
   const std::size_t bc_pad = round_up(bc, detail::kTileCols), dv_pad = round_up(d_v, detail::kTileCols);
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
@@ -181,7 +191,7 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
       for (std::size_t r = 0; r < rows; ++r) {
         float* srow = s + r * bc_pad;
         const std::size_t i = r0 + r;
-        const std::size_t visible = cfg.causal ? std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0) : cols;
+        const std::size_t visible = visible_keys(cfg, shift, i, c0, cols);
         if (visible == 0) {  // the causal mask hides the whole tile from this row: P row = 0
           std::fill(srow, srow + bc_pad, 0.0f);
           continue;
@@ -233,11 +243,8 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
-  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
-  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
-  const std::size_t shift = seq_k - seq_q;
-  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
-  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  const FlashDims dims(q, k, v, cfg);
+  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
   // D_i = rowsum(dO_i o O_i), once per query row.
@@ -324,11 +331,8 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
-  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
-  const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
-  const std::size_t shift = seq_k - seq_q;
-  const std::size_t br = std::min(cfg.block_q, seq_q), bc = std::min(cfg.block_k, seq_k);
-  const std::size_t q_tiles = (seq_q + br - 1) / br, k_tiles = (seq_k + bc - 1) / bc;
+  const FlashDims dims(q, k, v, cfg);
+  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
   const std::size_t w = detail::kTileCols;
   const std::size_t bc_pad = round_up(bc, w), br_pad = round_up(br, w), d_pad = round_up(d, w), dv_pad = round_up(d_v, w);
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
@@ -370,7 +374,7 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
       const std::size_t i = r0 + r;
       const float l_i = lse(h, i), d_i = delta[h * seq_q + i];
       const std::size_t visible =
-          l_i == neg_inf ? 0 : cfg.causal ? std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0) : cols;
+          l_i == neg_inf ? 0 : visible_keys(cfg, shift, i, c0, cols);
       float* prow = p + r * bc_pad;
       float* dprow = dp + r * bc_pad;
       float* dsrow = ds + r * bc_pad;
