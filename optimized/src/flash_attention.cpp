@@ -39,8 +39,7 @@ std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple
 
 FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
-  require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward",
-          "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
+  require_fp32_flash("flash_attention_forward", cfg);
   const FlashDims dims(q, k, v, cfg);
   const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
@@ -131,8 +130,7 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
   using detail::FloatBatch;
   using detail::kLanes;
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
-  require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward",
-          "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
+  require_fp32_flash("flash_attention_forward", cfg);
   const FlashDims dims(q, k, v, cfg);
   const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
   // Tile widths padded to whole micro-kernel blocks; the padding is zeros in K^T and V.

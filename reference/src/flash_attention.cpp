@@ -35,10 +35,21 @@ Tensor3 through_e4m3(const Tensor3& x, Fp8Scaling scaling, std::size_t block_row
   return y;
 }
 
-// The tiled loop of Algorithm 1 on checked inputs; `round_p_to_e4m3` rounds P~ to E4M3 before
-// the P~ V product (FP8 emulation).
+// x with every element rounded to a 16-bit format and back: what a tensor core reads.
+Tensor3 through_16_bits(const Tensor3& x, FlashInputs inputs) {
+  Tensor3 y = x;
+  for (float& value : y) value = round_to_inputs(value, inputs);
+  return y;
+}
+
+float p_to_e4m3(float p) { return round_to_e4m3(p); }
+float p_to_fp16(float p) { return round_to_fp16(p); }
+float p_to_bf16(float p) { return round_to_bf16(p); }
+
+// The tiled loop of Algorithm 1 on checked inputs; `round_p`, when given, rounds P~ to the
+// low-precision format before the P~ V product (FP8, fp16 or bf16 emulation).
 FlashOutput forward_tiles(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg, double scale,
-                          bool round_p_to_e4m3) {
+                          float (*round_p)(float)) {
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
   const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift (seq_q <= seq_k)
@@ -83,8 +94,8 @@ FlashOutput forward_tiles(const Tensor3& q, const Tensor3& k, const Tensor3& v, 
             if (s[c] == neg_inf) continue;
             const double p = std::exp(s[c] - m_new);
             l[r] += p;  // the row sum from the unrounded weights (FlashAttention-3 does the same)
-            // FP8 emulation: the P~ V product sees P~ in E4M3 (P~ <= 1 needs no scale).
-            const double p_used = round_p_to_e4m3 ? static_cast<double>(round_to_e4m3(static_cast<float>(p))) : p;
+            // Low-precision emulation: the P~ V product sees P~ in the format (P~ <= 1 needs no scale).
+            const double p_used = round_p ? static_cast<double>(round_p(static_cast<float>(p))) : p;
             for (std::size_t e = 0; e < d_v; ++e) o[r * d_v + e] += p_used * v(h, c0 + c, e);
           }
           m[r] = m_new;
@@ -111,9 +122,15 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
     FlashConfig inner = cfg;
     inner.fp8 = Fp8Scaling::none;
     return forward_tiles(through_e4m3(q, cfg.fp8, cfg.block_q), through_e4m3(k, cfg.fp8, cfg.block_k),
-                         through_e4m3(v, cfg.fp8, cfg.block_k), inner, scale, /*round_p_to_e4m3=*/true);
+                         through_e4m3(v, cfg.fp8, cfg.block_k), inner, scale, p_to_e4m3);
   }
-  return forward_tiles(q, k, v, cfg, scale, /*round_p_to_e4m3=*/false);
+  if (cfg.inputs != FlashInputs::fp32) {
+    // Tensor-core emulation: Q, K, V in fp16 or bf16 (no scale: the formats' range suffices), P~
+    // rounded in the loop; the products' sums and the softmax in double.
+    return forward_tiles(through_16_bits(q, cfg.inputs), through_16_bits(k, cfg.inputs), through_16_bits(v, cfg.inputs),
+                         cfg, scale, cfg.inputs == FlashInputs::fp16 ? p_to_fp16 : p_to_bf16);
+  }
+  return forward_tiles(q, k, v, cfg, scale, nullptr);
 }
 
 

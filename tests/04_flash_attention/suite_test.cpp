@@ -300,6 +300,9 @@ TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
     cfg = {};
     cfg.fp8 = Fp8Scaling::per_block;
     EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"cfg.fp8"}));
+    cfg = {};
+    cfg.inputs = FlashInputs::fp16;  // so is the emulation of 16-bit inputs (the tensor-core kernel has its own tests)
+    EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"cfg.inputs"}));
   }
 }
 

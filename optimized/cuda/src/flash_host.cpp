@@ -2,7 +2,10 @@
 // Compiled with or without nvcc.
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
+#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/cuda/flash_attention.hpp"
 #include "tvlab/cuda/flash_device.hpp"
@@ -14,7 +17,7 @@ namespace {
 FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg, bool tiled) {
   const char* fn = "flash_attention_forward";
   const double scale = validate_flash(fn, q, k, v, cfg);
-  require(cfg.fp8 == Fp8Scaling::none, fn, "fp8 emulation (cfg.fp8) is implemented by ref::flash_attention_forward only");
+  require_fp32_flash(fn, cfg);
   device::FlashArgs args;
   args.heads = q.shape()[0];
   args.seq_q = q.shape()[1];
@@ -60,7 +63,73 @@ FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Flas
   return r;
 }
 
+// x's elements as fp16 or bf16 bits, rounded to nearest even: the values the reference emulates.
+std::vector<std::uint16_t> to_16_bits(const Tensor3& x, FlashInputs inputs) {
+  std::vector<std::uint16_t> bits(x.size());
+  for (std::size_t t = 0; t < x.size(); ++t)
+    bits[t] = inputs == FlashInputs::bf16 ? float_to_bf16_bits(x.data()[t]) : float_to_fp16_bits(x.data()[t]);
+  return bits;
+}
+
+std::size_t round_up_16(std::size_t x) { return (x + 15) / 16 * 16; }
+
 }  // namespace
+
+FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                                const FlashConfig& cfg) {
+  const char* fn = "flash_attention_forward_tensor_core";
+  const double scale = validate_flash(fn, q, k, v, cfg);
+  require(cfg.inputs == FlashInputs::fp16 || cfg.inputs == FlashInputs::bf16, fn, "cfg.inputs = ",
+          to_string(cfg.inputs), ": tensor cores multiply 16-bit inputs; set cfg.inputs to fp16 or bf16");
+  require(cfg.block_q % 16 == 0 && cfg.block_q <= 128, fn, "block_q (", cfg.block_q,
+          ") must be a multiple of 16 (the MMA tile) and <= 128 (one warp per 16 rows, 8 warps at most)");
+  require(cfg.block_k % 16 == 0, fn, "block_k (", cfg.block_k, ") must be a multiple of 16 (the MMA tile)");
+  require(device::compute_capability() >= 80, fn, "needs a device of compute capability 8.0 or later (bf16 WMMA), found ",
+          device::compute_capability());
+  device::FlashTensorCoreArgs args;
+  args.bf16 = cfg.inputs == FlashInputs::bf16;
+  args.heads = q.shape()[0];
+  args.seq_q = q.shape()[1];
+  args.head_dim = q.shape()[2];
+  args.seq_k = k.shape()[1];
+  args.head_dim_v = v.shape()[2];
+  args.scale = static_cast<float>(scale);
+  args.causal = cfg.causal;
+  // Tiles no larger than the sequences (rounded up to the MMA tile), then shrunk 16 rows at a
+  // time, key tile first, until one block's shared memory fits the device.
+  args.block_q = std::min(cfg.block_q, round_up_16(args.seq_q));
+  args.block_k = std::min(cfg.block_k, round_up_16(args.seq_k));
+  const std::size_t limit = device::max_shared_bytes_per_block();
+  while (device::flash_tensor_core_shared_bytes(args) > limit) {
+    require(args.block_k > 16 || args.block_q > 16, fn, "16 x 16 tiles do not fit the device's shared memory");
+    if (args.block_k > 16) {
+      args.block_k -= 16;
+    } else {
+      args.block_q -= 16;
+    }
+  }
+  const std::vector<std::uint16_t> hq = to_16_bits(q, cfg.inputs), hk = to_16_bits(k, cfg.inputs),
+                                   hv = to_16_bits(v, cfg.inputs);
+  DeviceBuffer<std::uint16_t> dq(hq.data(), hq.size()), dk(hk.data(), hk.size()), dv(hv.data(), hv.size());
+  DeviceBuffer<float> dout(args.heads * args.seq_q * args.head_dim_v), dlse(args.heads * args.seq_q);
+  const unsigned long long zero[2] = {0, 0};
+  DeviceBuffer<unsigned long long> counts(zero, 2);
+  args.q = dq.get();
+  args.k = dk.get();
+  args.v = dv.get();
+  args.out = dout.get();
+  args.lse = dlse.get();
+  args.tile_counts = counts.get();
+  device::flash_forward_tensor_core(args);
+  FlashOutput r{Tensor3::from_shape({args.heads, args.seq_q, args.head_dim_v}), Tensor2::from_shape({args.heads, args.seq_q}), 0, 0};
+  dout.download(r.out.data());
+  dlse.download(r.lse.data());
+  unsigned long long tiles[2] = {0, 0};
+  counts.download(tiles);
+  r.tiles_computed = static_cast<std::size_t>(tiles[0]);
+  r.tiles_skipped = static_cast<std::size_t>(tiles[1]);
+  return r;
+}
 
 FlashOutput flash_attention_forward_rowwise(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   return run(q, k, v, cfg, /*tiled=*/false);

@@ -16,6 +16,14 @@ namespace tvlab {
 /// better.
 enum class Fp8Scaling { none, per_tensor, per_block };
 
+/// The format of the inputs of the two matrix products \f$ S = Q K^T \f$ and \f$ \tilde P V \f$:
+/// fp32, or the 16-bit formats that tensor cores multiply (fp16: 10 mantissa bits, largest
+/// 65504; bf16: 7 mantissa bits, float's range). With fp16 or bf16, Q, K, V and the weights
+/// \f$ \tilde P \in [0, 1] \f$ are rounded to the format (nearest even); the products accumulate
+/// in fp32 or better, and the softmax statistics and the output stay fp32 or better. This is
+/// what `cuda::flash_attention_forward_tensor_core` computes and what the reference emulates.
+enum class FlashInputs { fp32, fp16, bf16 };
+
 /// What flash attention computes (the same scores as chapter 00's attention with `causal` and
 /// `scale`) and how it tiles the work: query tiles of `block_q` rows (\f$ B_r \f$ in the papers),
 /// key/value tiles of `block_k` rows (\f$ B_c \f$). The tiles change the order of the arithmetic,
@@ -26,6 +34,9 @@ struct FlashConfig {
   std::size_t block_q = 128;    ///< \f$ B_r \f$: query rows per tile
   std::size_t block_k = 128;    ///< \f$ B_c \f$: key/value rows per tile
   Fp8Scaling fp8 = Fp8Scaling::none;  ///< FP8 (E4M3) emulation; implemented by the reference only
+  /// 16-bit inputs of the products (exclusive with `fp8`): emulated by the reference, run on
+  /// tensor cores by `cuda::flash_attention_forward_tensor_core`; other backends take fp32 only.
+  FlashInputs inputs = FlashInputs::fp32;
 };
 
 /// The output of the forward pass and what the backward pass needs from it.
@@ -44,16 +55,27 @@ struct FlashGrads {
   Tensor3 dq, dk, dv;
 };
 
+/// "fp32", "fp16" or "bf16".
+const char* to_string(FlashInputs inputs);
+
+/// x rounded to `inputs`' format and back to float (x itself for fp32).
+float round_to_inputs(float x, FlashInputs inputs);
+
 /// The largest head dimension the flash kernels support (as FlashAttention-2).
 inline constexpr std::size_t kFlashMaxHeadDim = 256;
 
 /// Checks q `[heads, seq_q, d]`, k `[heads, seq_k, d]`, v `[heads, seq_k, d_v]` and cfg for
-/// `function` (everything chapter 00's attention checks, plus head_dim and head_dim_v <= 256 and
-/// positive tile sizes) and returns the score scale. Throws `tvlab::Error` naming the parameter.
+/// `function` (everything chapter 00's attention checks, plus head_dim and head_dim_v <= 256,
+/// positive tile sizes, `fp8` and `inputs` not both set, and with fp16 inputs every |q|, |k|, |v|
+/// within fp16's range) and returns the score scale. Throws `tvlab::Error` naming the parameter.
 double validate_flash(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
                       const FlashConfig& cfg);
 
-/// The checks of `validate_flash`, plus those of the backward pass's extra inputs: `out` and
+/// For backends that compute in fp32 only: throws `tvlab::Error` naming `cfg.fp8` or
+/// `cfg.inputs` when either asks for a low-precision format.
+void require_fp32_flash(const char* function, const FlashConfig& cfg);
+
+/// The checks of `validate_flash` (fp32 inputs only), plus those of the backward pass's extra inputs: `out` and
 /// `dout` `[heads, seq_q, head_dim_v]` and `lse` `[heads, seq_q]`, finite (lse may be -inf for a
 /// query that sees no key). Returns the score scale.
 double validate_flash_backward(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,

@@ -18,6 +18,9 @@ namespace tvlab::ref {
 /// first key is later than every query of the tile may see is skipped whole. The arithmetic is
 /// in double; no `[seq_q, seq_k]` matrix exists, only one `[B_r, B_c]` tile at a time.
 /// Equal to `ref::scaled_dot_product_attention` with the same causal flag and scale.
+/// Low precision is emulated: `cfg.fp8` rounds Q, K, V (scaled) and \f$ \tilde P \f$ to E4M3,
+/// `cfg.inputs` rounds them to fp16 or bf16, as the tensor-core kernels do; the row sums
+/// \f$ \ell \f$ use the unrounded weights, as FlashAttention-3 does.
 FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
 
 /// @ingroup ch04

@@ -22,4 +22,16 @@ FlashOutput flash_attention_forward_rowwise(const Tensor3& q, const Tensor3& k, 
 /// not fit the device's shared memory. Throws `tvlab::Error` naming `block_q` above 1024.
 FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
 
+/// @ingroup ch04
+/// Version 3 (`device::flash_forward_tensor_core`), on tensor cores: Q, K, V rounded on the host to
+/// `cfg.inputs` (fp16 or bf16, required), scores and output accumulated in fp32 by WMMA
+/// 16 x 16 x 16 products, the weights \f$ \tilde P \f$ rounded to the same format before
+/// \f$ \tilde P V \f$; the output and the log-sum-exp are fp32. Computes what
+/// `ref::flash_attention_forward` emulates with the same `cfg.inputs`. `block_q` (<= 128) and
+/// `block_k` must be multiples of 16; tiles are clamped to the sequences and shrunk until they fit
+/// the device's shared memory. Needs compute capability 8.0 or later. Throws `tvlab::Error` naming
+/// `cfg.inputs`, `block_q` or `block_k`.
+FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                                const FlashConfig& cfg);
+
 }  // namespace tvlab::cuda

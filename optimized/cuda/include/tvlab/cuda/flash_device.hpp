@@ -3,6 +3,7 @@
 /// Device-pointer entry points of chapter 04's flash attention (no xtensor here).
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tvlab::cuda::device {
 
@@ -30,6 +31,38 @@ void flash_forward_rowwise(const FlashArgs& args);
 /// in registers and q and the output accumulator in per-thread arrays (local memory), and adds
 /// its tile counts to `tile_counts`. fp32 throughout. block_q <= 1024.
 void flash_forward_tiled(const FlashArgs& args);
+
+/// Arguments of the tensor-core kernel. q, k, v hold the bits of fp16 or bf16 values (rounded on
+/// the host, to nearest even); the output and the log-sum-exp are fp32.
+struct FlashTensorCoreArgs {
+  const std::uint16_t* q = nullptr;  ///< [heads, seq_q, head_dim], fp16 or bf16 bits
+  const std::uint16_t* k = nullptr;  ///< [heads, seq_k, head_dim]
+  const std::uint16_t* v = nullptr;  ///< [heads, seq_k, head_dim_v]
+  bool bf16 = false;                 ///< the format of q, k, v and of the weights P~: bf16, else fp16
+  float* out = nullptr;              ///< [heads, seq_q, head_dim_v]
+  float* lse = nullptr;              ///< [heads, seq_q]
+  std::size_t heads = 0, seq_q = 0, seq_k = 0, head_dim = 0, head_dim_v = 0;
+  std::size_t block_q = 64, block_k = 64;  ///< multiples of 16; block_q <= 128 (one warp per 16 rows)
+  float scale = 1.0f;
+  bool causal = false;
+  unsigned long long* tile_counts = nullptr;  ///< optional [2]: tiles computed, tiles skipped
+};
+
+/// Version 3, on tensor cores: one thread block per (head, query tile of `block_q` rows), one warp
+/// per 16 query rows. The block stages Q_i once and each K_j, V_j tile in shared memory; each warp
+/// forms its 16 x block_k scores with WMMA 16 x 16 x 16 products (16-bit inputs, fp32
+/// accumulation), runs the online softmax on them with two lanes per row, rounds P~ to the input
+/// format and adds P~ V_j to its fp32 accumulator (kept in shared memory: a WMMA fragment's layout
+/// is opaque, so the per-row rescaling happens there). Whole tiles the causal mask hides are
+/// skipped per block, and per warp. Needs sm_80 or later.
+void flash_forward_tensor_core(const FlashTensorCoreArgs& args);
+
+/// The shared memory the tensor-core kernel needs for these arguments (padded head dimensions,
+/// skewed rows; see flash_tensor_core.cu).
+std::size_t flash_tensor_core_shared_bytes(const FlashTensorCoreArgs& args);
+
+/// The current device's compute capability as major * 10 + minor (90 for H100 / H200).
+int compute_capability();
 
 /// The shared memory the tiled kernel needs for these arguments, and the most a block may use.
 std::size_t flash_tiled_shared_bytes(const FlashArgs& args);
