@@ -27,7 +27,7 @@ SoftmaxState online_softmax_merge(SoftmaxState a, SoftmaxState b) {
 FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   // BEGIN EXERCISE 04.2 "flash attention's tiled forward pass" "Flash attention, forward"
   const double scale = validate_flash("flash_attention_forward", q, k, v, cfg);
-  require(cfg.fp8 == Fp8Scaling::none, "flash_attention_forward", "cfg.fp8 is not supported here");
+  require_fp32_flash("flash_attention_forward", cfg);  // no fp8 or 16-bit emulation here
   const std::size_t heads = q.shape()[0], nq = q.shape()[1], d = q.shape()[2], nk = k.shape()[1], dv = v.shape()[2];
   const std::size_t shift = nk - nq;
   const double neg_inf = -std::numeric_limits<double>::infinity();

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Exercise 04.2: flash attention's tiled forward pass. Same contract as
-/// `tvlab::ref::flash_attention_forward` (FP8 emulation not required: reject `cfg.fp8`).
+/// `tvlab::ref::flash_attention_forward` (low precision not required: `require_fp32_flash` rejects `cfg.fp8` and `cfg.inputs`).
 
 #include "tvlab/core/flash_config.hpp"
 #include "tvlab/core/tensor.hpp"
