@@ -11,8 +11,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "../common/bench_support.hpp"
+#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/blas_kernel.hpp"
@@ -142,8 +144,8 @@ void BM_backward(benchmark::State& state) {
   state.counters["GFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, cfg.causal));
 }
 
-// CUDA (registered when a device is present): the tiled flash kernel against chapter 00's
-// unfused cuBLAS path (two batched SGEMMs around a softmax kernel over the n x n scores), timed
+// CUDA (registered when a device is present): the tiled fp32 flash kernel and the tensor-core
+// kernel (fp16, bf16) against chapter 00's unfused cuBLAS path (two batched SGEMMs around a softmax kernel over the n x n scores), timed
 // with CUDA events and an L2 flush between repeats. TFLOP/s.
 struct CudaRun {
   cuda::device::FlashArgs flash;
@@ -180,6 +182,44 @@ void BM_cuda(benchmark::State& state, bool flash) {
 void BM_cuda_flash(benchmark::State& state) { BM_cuda(state, true); }
 void BM_cuda_unfused(benchmark::State& state) { BM_cuda(state, false); }
 
+// The tensor-core kernel on fp16 or bf16 inputs (rounded once on the host, outside the timing),
+// tiles of 64 x 64: the same FLOP count, so its TFLOP/s compare directly with the fp32 kernels'.
+void BM_cuda_tensor_core(benchmark::State& state, bool bf16) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const bool causal = state.range(2) != 0;
+  const Inputs in(n, d);
+  auto bits = [bf16](const Tensor3& x) {
+    std::vector<std::uint16_t> b(x.size());
+    for (std::size_t t = 0; t < x.size(); ++t) b[t] = bf16 ? float_to_bf16_bits(x.data()[t]) : float_to_fp16_bits(x.data()[t]);
+    return b;
+  };
+  const std::vector<std::uint16_t> hq = bits(in.q), hk = bits(in.k), hv = bits(in.v);
+  cuda::DeviceBuffer<std::uint16_t> q(hq.data(), hq.size()), k(hk.data(), hk.size()), v(hv.data(), hv.size());
+  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n);
+  cuda::device::FlashTensorCoreArgs args;
+  args.q = q.get();
+  args.k = k.get();
+  args.v = v.get();
+  args.bf16 = bf16;
+  args.out = out.get();
+  args.lse = lse.get();
+  args.heads = kHeads;
+  args.seq_q = args.seq_k = n;
+  args.head_dim = args.head_dim_v = d;
+  args.block_q = args.block_k = 64;
+  args.scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d)));
+  args.causal = causal;
+  for (auto _ : state) {
+    const double ms = cuda::device::time_kernel_ms(
+        [](void* c) { cuda::device::flash_forward_tensor_core(*static_cast<cuda::device::FlashTensorCoreArgs*>(c)); }, &args);
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.counters["TFLOP/s"] = bench::gflops(attention_flops(n, d, causal) / 1e3);
+}
+
+void BM_cuda_tensor_core_fp16(benchmark::State& state) { BM_cuda_tensor_core(state, false); }
+void BM_cuda_tensor_core_bf16(benchmark::State& state) { BM_cuda_tensor_core(state, true); }
+
 }  // namespace
 
 BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -204,6 +244,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (tvlab::cuda::device_available()) {
     for (auto* b : {benchmark::RegisterBenchmark("cuda_flash_tiled", BM_cuda_flash),
+                    benchmark::RegisterBenchmark("cuda_flash_tensor_core_fp16", BM_cuda_tensor_core_fp16),
+                    benchmark::RegisterBenchmark("cuda_flash_tensor_core_bf16", BM_cuda_tensor_core_bf16),
                     benchmark::RegisterBenchmark("cuda_unfused_cublas", BM_cuda_unfused)})
       b->ArgNames({"n", "d", "causal"})->ArgsProduct({{1024, 4096, 16384}, {64, 128}, {0, 1}})->UseManualTime()
           ->Unit(benchmark::kMillisecond);
