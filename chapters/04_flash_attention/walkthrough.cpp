@@ -1,5 +1,5 @@
 // `tvlab 04_flash_attention` (alias `tvlab flash`): the online softmax block by block, flash
-// attention's tiles, the IO model of standard vs tiled attention, FP8 emulation.
+// attention's tiles, the IO model of standard vs tiled attention, FP8 and 16-bit emulation.
 
 #include <nlohmann/json.hpp>
 
@@ -242,6 +242,39 @@ std::string fp8_table() {
   return markdown_table({"inputs", "E4M3 scaling of Q, K, V", "RMS error vs fp32, rows 16 .. 63"}, rows);
 }
 
+// The emulated error of each low-precision format against exact attention, next to the format's
+// unit roundoff u: fp16 and bf16 inputs of the two products, and E4M3 with one scale per tensor.
+std::string low_precision_table() {
+  const Inputs in = make_inputs(32, 2, 256, 64);
+  const Tensor3 exact = ref::scaled_dot_product_attention(in.q, in.k, in.v, {});
+  struct Row {
+    std::string format;
+    int mantissa_bits;
+    FlashInputs inputs;
+    Fp8Scaling fp8;
+  };
+  const Row formats[] = {{"fp16", 10, FlashInputs::fp16, Fp8Scaling::none},
+                         {"bf16", 7, FlashInputs::bf16, Fp8Scaling::none},
+                         {"E4M3, one scale per tensor", 3, FlashInputs::fp32, Fp8Scaling::per_tensor}};
+  std::vector<std::vector<std::string>> rows;
+  for (const Row& f : formats) {
+    FlashConfig cfg;
+    cfg.block_q = cfg.block_k = 64;
+    cfg.inputs = f.inputs;
+    cfg.fp8 = f.fp8;
+    const Tensor3 out = ref::flash_attention_forward(in.q, in.k, in.v, cfg).out;
+    double worst = 0, sum = 0;
+    for (std::size_t t = 0; t < out.size(); ++t) {
+      const double e = std::fabs(static_cast<double>(out.data()[t]) - exact.data()[t]);
+      worst = std::max(worst, e);
+      sum += e * e;
+    }
+    rows.push_back({f.format, std::to_string(f.mantissa_bits), sci(std::ldexp(1.0, -(f.mantissa_bits + 1)), 2),
+                    sci(worst, 2), sci(std::sqrt(sum / static_cast<double>(out.size())), 2)});
+  }
+  return markdown_table({"inputs of QK^T and P~V", "mantissa bits", "unit roundoff u", "max abs error", "RMS error"}, rows);
+}
+
 std::string markdown(const GlobalOptions&) {
   std::ostringstream md;
   md << results_header("04_flash_attention", "Chapter 04, flash attention");
@@ -256,6 +289,12 @@ std::string markdown(const GlobalOptions&) {
         "One head, n = 64, d = 64, seed 22; Q, K, V rounded to E4M3 with one scale per tensor or per "
         "block of 16 rows, the weights P rounded to E4M3 before P V, everything else in double.\n\n"
      << fp8_table() << '\n';
+  md << "## 16-bit inputs, as tensor cores take them\n\n"
+        "Two heads, n = 256, d = 64, seed 32, tiles of 64 x 64; the products' inputs (Q, K, V and the "
+        "weights P~) rounded to each format, everything else in double (the reference's emulation of "
+        "`cuda::flash_attention_forward_tensor_core`); errors against exact attention. (With fp32 inputs "
+        "nothing is rounded and the emulation is exact attention.)\n\n"
+     << low_precision_table() << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
