@@ -179,6 +179,28 @@ void BM_cuda(benchmark::State& state, bool flash) {
   state.counters["TFLOP/s"] = bench::gflops(attention_flops(n, d, causal) / 1e3);
 }
 
+// The CUDA backward pass on the forward kernel's out and lse, FLOPs counted as FlashAttention
+// does (2.5 times the forward's).
+void BM_cuda_backward(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const bool causal = state.range(2) != 0;
+  const Inputs in(n, d);
+  const Tensor3 dout_host = Rng(5).normal_tensor(kHeads, n, d);
+  cuda::DeviceBuffer<float> q(in.q.data(), in.q.size()), k(in.k.data(), in.k.size()), v(in.v.data(), in.v.size());
+  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n), dout(dout_host.data(), dout_host.size());
+  cuda::DeviceBuffer<float> delta(kHeads * n), dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+  const auto scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d)));
+  cuda::device::flash_forward_tiled({q.get(), k.get(), v.get(), out.get(), lse.get(), kHeads, n, n, d, d, 64, 64, scale, causal});
+  cuda::device::FlashBackwardArgs args{q.get(), k.get(), v.get(), out.get(), lse.get(), dout.get(), delta.get(),
+                                       dq.get(), dk.get(), dv.get(), kHeads, n, n, d, d, 64, 64, scale, causal};
+  for (auto _ : state) {
+    const double ms = cuda::device::time_kernel_ms(
+        [](void* c) { cuda::device::flash_backward(*static_cast<cuda::device::FlashBackwardArgs*>(c)); }, &args);
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.counters["TFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, causal) / 1e3);
+}
+
 void BM_cuda_flash(benchmark::State& state) { BM_cuda(state, true); }
 void BM_cuda_unfused(benchmark::State& state) { BM_cuda(state, false); }
 
@@ -249,6 +271,8 @@ int main(int argc, char** argv) {
                     benchmark::RegisterBenchmark("cuda_unfused_cublas", BM_cuda_unfused)})
       b->ArgNames({"n", "d", "causal"})->ArgsProduct({{1024, 4096, 16384}, {64, 128}, {0, 1}})->UseManualTime()
           ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("cuda_flash_backward", BM_cuda_backward)->ArgNames({"n", "d", "causal"})
+        ->ArgsProduct({{1024, 4096}, {64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMillisecond);
   }
   benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
   benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());

@@ -8,7 +8,7 @@
 namespace tvlab::ch04 {
 
 // ref, opt (the headline version), every numbered version of opt's flash forward, and the two
-// CUDA kernels (tiled, and one thread per row).
+// CUDA kernels (tiled with the backward pass, and one thread per row).
 const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = [] {
     std::vector<Impl> all = {
@@ -19,7 +19,7 @@ const std::vector<Impl>& registry() {
     for (const auto& variant : opt::flash_variants())
       all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr});
     all.push_back({"opt_backward_v1", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v1});
-    all.push_back({"cuda", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward, nullptr});
+    all.push_back({"cuda", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward, cuda::flash_attention_backward});
     all.push_back({"cuda_rowwise", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward_rowwise, nullptr});
     return all;
   }();

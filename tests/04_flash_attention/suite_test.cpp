@@ -449,6 +449,18 @@ TEST_P(FlashBackward, rejects_bad_input_naming_the_parameter) {
   FlashConfig fp8;
   fp8.fp8 = Fp8Scaling::per_tensor;
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, lse, x, fp8); }, {"fp8"}));
+  if (impl.name == "cuda") {  // one thread per row in both passes: at most 1024 rows per block
+    const Tensor3 long_x = xt::ones<float>({1, 1100, 8});
+    const Tensor2 long_lse = xt::zeros<float>({1, 1100});
+    FlashConfig cfg;
+    cfg.block_k = 2048;
+    EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(long_x, long_x, long_x, long_x, long_lse, long_x, cfg); },
+                                    {"block_k", "1024"}));
+    cfg = {};
+    cfg.block_q = 2048;
+    EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(long_x, long_x, long_x, long_x, long_lse, long_x, cfg); },
+                                    {"block_q", "1024"}));
+  }
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashBackward);

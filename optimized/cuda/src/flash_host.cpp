@@ -131,6 +131,48 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   return r;
 }
 
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const char* fn = "flash_attention_backward";
+  const double scale = validate_flash_backward(fn, q, k, v, out, lse, dout, cfg);
+  device::FlashBackwardArgs args;
+  args.heads = q.shape()[0];
+  args.seq_q = q.shape()[1];
+  args.head_dim = q.shape()[2];
+  args.seq_k = k.shape()[1];
+  args.head_dim_v = v.shape()[2];
+  args.scale = static_cast<float>(scale);
+  args.causal = cfg.causal;
+  // One thread per row in both passes: tiles no larger than the sequences and 1024 rows, and
+  // each pass's staged tile no larger than the device's shared memory allows.
+  args.block_q = std::min(cfg.block_q, args.seq_q);
+  args.block_k = std::min(cfg.block_k, args.seq_k);
+  require(args.block_q <= 1024, fn, "block_q (", cfg.block_q, ") must be <= 1024: one thread per query row");
+  require(args.block_k <= 1024, fn, "block_k (", cfg.block_k, ") must be <= 1024: one thread per key row");
+  const std::size_t limit = device::max_shared_bytes_per_block();
+  args.block_q = std::max<std::size_t>(1, std::min(args.block_q, limit / ((args.head_dim + args.head_dim_v + 2) * sizeof(float))));
+  args.block_k = std::max<std::size_t>(1, std::min(args.block_k, limit / ((args.head_dim + args.head_dim_v) * sizeof(float))));
+  DeviceBuffer<float> dq_in(q.data(), q.size()), dk_in(k.data(), k.size()), dv_in(v.data(), v.size());
+  DeviceBuffer<float> d_out(out.data(), out.size()), d_lse(lse.data(), lse.size()), d_dout(dout.data(), dout.size());
+  DeviceBuffer<float> delta(lse.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  args.q = dq_in.get();
+  args.k = dk_in.get();
+  args.v = dv_in.get();
+  args.out = d_out.get();
+  args.lse = d_lse.get();
+  args.dout = d_dout.get();
+  args.delta = delta.get();
+  args.dq = dq.get();
+  args.dk = dk.get();
+  args.dv = dv.get();
+  device::flash_backward(args);
+  FlashGrads g{Tensor3::from_shape(q.shape()), Tensor3::from_shape(k.shape()), Tensor3::from_shape(v.shape())};
+  dq.download(g.dq.data());
+  dk.download(g.dk.data());
+  dv.download(g.dv.data());
+  return g;
+}
+
 FlashOutput flash_attention_forward_rowwise(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   return run(q, k, v, cfg, /*tiled=*/false);
 }

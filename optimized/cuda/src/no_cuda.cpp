@@ -45,6 +45,7 @@ void apply_rope_inplace(float*, std::size_t, std::size_t, std::size_t, const flo
 }
 void flash_forward_rowwise(const FlashArgs&) { no_cuda("flash_forward_rowwise"); }
 void flash_forward_tiled(const FlashArgs&) { no_cuda("flash_forward_tiled"); }
+void flash_backward(const FlashBackwardArgs&) { no_cuda("flash_backward"); }
 void flash_forward_tensor_core(const FlashTensorCoreArgs&) { no_cuda("flash_forward_tensor_core"); }
 std::size_t flash_tensor_core_shared_bytes(const FlashTensorCoreArgs&) { no_cuda("flash_tensor_core_shared_bytes"); }
 int compute_capability() { no_cuda("compute_capability"); }

@@ -23,6 +23,15 @@ FlashOutput flash_attention_forward_rowwise(const Tensor3& q, const Tensor3& k, 
 FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg = {});
 
 /// @ingroup ch04
+/// The backward pass (`device::flash_backward`), fp32: D_i = rowsum(dO_i o O_i), then dK and dV
+/// with one thread per key row over staged query tiles, then dQ with one thread per query row
+/// over staged key tiles; P recomputed from the saved log-sum-exp in both passes, no atomics.
+/// Same contract as `tvlab::ref::flash_attention_backward`; `block_q` and `block_k` (clamped to
+/// the sequences) must be <= 1024.
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
+
+/// @ingroup ch04
 /// Version 3 (`device::flash_forward_tensor_core`), on tensor cores: Q, K, V rounded on the host to
 /// `cfg.inputs` (fp16 or bf16, required), scores and output accumulated in fp32 by WMMA
 /// 16 x 16 x 16 products, the weights \f$ \tilde P \f$ rounded to the same format before

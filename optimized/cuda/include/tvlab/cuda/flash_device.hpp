@@ -32,6 +32,40 @@ void flash_forward_rowwise(const FlashArgs& args);
 /// its tile counts to `tile_counts`. fp32 throughout. block_q <= 1024.
 void flash_forward_tiled(const FlashArgs& args);
 
+/// Arguments of the backward kernels (fp32). All pointers are device memory, row-major.
+struct FlashBackwardArgs {
+  const float* q = nullptr;     ///< [heads, seq_q, head_dim]
+  const float* k = nullptr;     ///< [heads, seq_k, head_dim]
+  const float* v = nullptr;     ///< [heads, seq_k, head_dim_v]
+  const float* out = nullptr;   ///< [heads, seq_q, head_dim_v], from the forward pass
+  const float* lse = nullptr;   ///< [heads, seq_q], from the forward pass
+  const float* dout = nullptr;  ///< [heads, seq_q, head_dim_v]
+  float* delta = nullptr;       ///< [heads, seq_q] workspace: D_i = rowsum(dO_i o O_i)
+  float* dq = nullptr;          ///< [heads, seq_q, head_dim]
+  float* dk = nullptr;          ///< [heads, seq_k, head_dim]
+  float* dv = nullptr;          ///< [heads, seq_k, head_dim_v]
+  std::size_t heads = 0, seq_q = 0, seq_k = 0, head_dim = 0, head_dim_v = 0;
+  std::size_t block_q = 64, block_k = 64;  ///< <= 1024 each: one thread per row
+  float scale = 1.0f;
+  bool causal = false;
+};
+
+/// The backward pass in three launches, no atomics: D_i (one thread per query row); dK and dV
+/// (one block per (head, key tile of `block_k` rows), one thread per key row, query tiles of
+/// `block_q` rows with their dO, L and D staged in shared memory); dQ (one block per (head, query
+/// tile), one thread per query row, key/value tiles staged as in the forward kernel). P and dS are
+/// recomputed from the saved log-sum-exp in both passes. Tiles the causal mask hides are skipped.
+void flash_backward(const FlashBackwardArgs& args);
+
+/// The shared memory each backward pass stages per block. dK/dV pass: a query tile of q, dO, L, D.
+inline std::size_t flash_backward_dkdv_shared_bytes(const FlashBackwardArgs& a) {
+  return a.block_q * (a.head_dim + a.head_dim_v + 2) * sizeof(float);
+}
+/// dQ pass: a key tile of k and v.
+inline std::size_t flash_backward_dq_shared_bytes(const FlashBackwardArgs& a) {
+  return a.block_k * (a.head_dim + a.head_dim_v) * sizeof(float);
+}
+
 /// Arguments of the tensor-core kernel. q, k, v hold the bits of fp16 or bf16 values (rounded on
 /// the host, to nearest even); the output and the log-sum-exp are fp32.
 struct FlashTensorCoreArgs {
