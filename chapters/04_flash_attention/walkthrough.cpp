@@ -27,6 +27,7 @@ struct Options : StandardOptions {
   std::string svg;
   int seq = 8, head_dim = 4, heads = 1, block_q = 4, block_k = 3;
   bool causal = false;
+  std::string inputs = "fp32";  // the format of the products' inputs: fp32, fp16, bf16
 };
 
 FlashConfig flash_config(const Options& o) {
@@ -34,6 +35,7 @@ FlashConfig flash_config(const Options& o) {
   cfg.causal = o.causal;
   cfg.block_q = static_cast<std::size_t>(o.block_q);
   cfg.block_k = static_cast<std::size_t>(o.block_k);
+  cfg.inputs = o.inputs == "fp16" ? FlashInputs::fp16 : o.inputs == "bf16" ? FlashInputs::bf16 : FlashInputs::fp32;
   return cfg;
 }
 
@@ -53,15 +55,20 @@ Inputs make_inputs(std::uint64_t seed, std::size_t heads, std::size_t n, std::si
 FlashOutput run_backend(const std::string& b, const Inputs& in, const FlashConfig& cfg) {
   if (b == "ref") return ref::flash_attention_forward(in.q, in.k, in.v, cfg);
   if (b == "opt") return opt::flash_attention_forward(in.q, in.k, in.v, cfg);
+  // With 16-bit inputs, the tensor-core kernel; else the tiled fp32 kernel.
+  if (cfg.inputs != FlashInputs::fp32) return cuda::flash_attention_forward_tensor_core(in.q, in.k, in.v, cfg);
   return cuda::flash_attention_forward(in.q, in.k, in.v, cfg);
 }
 
 // As in the tests: a score is a length-d dot product of size about sqrt(d) after the scale, the
-// output a length-n reduction: 10 eps sqrt(K) (2 sqrt(d) + 1) max|v|, K = max(d, n).
-double tolerance(const Inputs& in) {
-  const auto d = static_cast<double>(in.q.shape()[2]);
-  const double k = std::max(d, static_cast<double>(in.k.shape()[1]));
-  return 10 * 1.2e-7 * std::sqrt(k) * (2 * std::sqrt(d) + 1) * static_cast<double>(xt::amax(xt::abs(in.v))());
+// output a length-n reduction: 10 eps sqrt(K) (2 sqrt(d) + 1) max|v|, K = max(d, n). With 16-bit
+// inputs, two roundings of a weight may differ by 2u p_j: 2u max|v| more (u = 2^-11 fp16, 2^-8
+// bf16), and n 2^-24 max|v| for fp16's subnormal weights.
+double tolerance(const Inputs& in, FlashInputs inputs = FlashInputs::fp32) {
+  const auto d = static_cast<double>(in.q.shape()[2]), n = static_cast<double>(in.k.shape()[1]);
+  const double k = std::max(d, n);
+  const double rounding = inputs == FlashInputs::fp16 ? 2 * 0x1p-11 + n * 0x1p-24 : inputs == FlashInputs::bf16 ? 2 * 0x1p-8 : 0.0;
+  return (10 * 1.2e-7 * std::sqrt(k) * (2 * std::sqrt(d) + 1) + rounding) * static_cast<double>(xt::amax(xt::abs(in.v))());
 }
 
 // ------------------------------------------------------------------------------ the documents
@@ -392,6 +399,11 @@ int run(const Options& o, const GlobalOptions& g) {
     dump_npy(o.dump, "k", in.k);
     dump_npy(o.dump, "v", in.v);
   }
+  // What rounding the inputs costs: the emulation against the same attention on fp32 inputs.
+  FlashConfig fp32_cfg = cfg;
+  fp32_cfg.inputs = FlashInputs::fp32;
+  const double rounding_error =
+      cfg.inputs == FlashInputs::fp32 ? 0.0 : max_abs_difference(reference.out, run_backend("ref", in, fp32_cfg).out);
   nlohmann::json results = nlohmann::json::array();
   bool ok = true;
   for (const auto& b : selected_backends(o.backend)) {
@@ -401,12 +413,17 @@ int run(const Options& o, const GlobalOptions& g) {
       results.push_back(entry);
       continue;
     }
+    if (b == "opt" && cfg.inputs != FlashInputs::fp32) {
+      entry["skipped"] = "computes in fp32 only";
+      results.push_back(entry);
+      continue;
+    }
     const FlashOutput r = run_backend(b, in, cfg);
     const double err = max_abs_difference(r.out, reference.out);
     entry["flash_attention_forward"] = err;
     entry["tiles_computed"] = r.tiles_computed;
     entry["tiles_skipped"] = r.tiles_skipped;
-    ok = ok && err <= tolerance(in);
+    ok = ok && err <= tolerance(in, cfg.inputs);
     if (!o.dump.empty()) {
       dump_npy(o.dump, "flash_attention_forward_" + b, r.out);
       dump_npy(o.dump, "lse_" + b, r.lse);
@@ -416,13 +433,18 @@ int run(const Options& o, const GlobalOptions& g) {
   if (o.json || g.format == "json") {
     nlohmann::json doc = {{"chapter", fn},          {"seed", g.seed},         {"heads", o.heads},
                           {"seq", o.seq},           {"head_dim", o.head_dim}, {"causal", o.causal},
-                          {"block_q", o.block_q},   {"block_k", o.block_k},   {"max_abs_error_vs_ref", results}};
+                          {"block_q", o.block_q},   {"block_k", o.block_k},   {"inputs", o.inputs},
+                          {"max_abs_error_vs_ref", results}};
+    if (cfg.inputs != FlashInputs::fp32) doc["rounding_error_vs_fp32_inputs"] = rounding_error;
     std::cout << doc.dump(2) << "\n";
     return ok ? 0 : 1;
   }
   std::cout << "\nflash attention forward: heads " << o.heads << ", seq " << o.seq << ", head_dim " << o.head_dim
             << (o.causal ? ", causal" : "") << ", tiles " << o.block_q << " x " << o.block_k << ", seed " << g.seed
-            << " (max |out - ref|)\n";
+            << (cfg.inputs == FlashInputs::fp32 ? "" : ", " + o.inputs + " inputs") << " (max |out - ref|)\n";
+  if (cfg.inputs != FlashInputs::fp32)
+    std::cout << "  rounding the inputs to " << o.inputs << " moves ref's output by " << sci(rounding_error, 2)
+              << " against fp32 inputs\n";
   for (const auto& r : results) {
     std::cout << "  " << r["backend"].get<std::string>() << ":";
     if (r.contains("skipped")) {
@@ -456,6 +478,11 @@ Chapter chapter_04() {
     sub->add_option("--block-q", o->block_q, "query rows per tile (B_r)")->capture_default_str();
     sub->add_option("--block-k", o->block_k, "key rows per tile (B_c)")->capture_default_str();
     sub->add_flag("--causal", o->causal, "causal mask (whole tiles above the diagonal are skipped)");
+    sub->add_option("--inputs", o->inputs,
+                    "format of the products' inputs: fp32, or fp16 / bf16 as tensor cores take them (ref emulates, "
+                    "cuda runs the tensor-core kernel: tiles must be multiples of 16)")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+        ->capture_default_str();
     sub->add_option("--svg", o->svg, "draw HBM traffic against on-chip memory (standard vs flash) into FILE");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };

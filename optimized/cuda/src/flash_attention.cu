@@ -61,7 +61,9 @@ __global__ void __launch_bounds__(1024) flash_tiled_kernel(FlashArgs a) {
   const long long last_row = min(r0 + bq, static_cast<long long>(a.seq_q)) - 1;
   const long long key_end = a.causal ? min(static_cast<long long>(a.seq_k), last_row + shift + 1)
                                      : static_cast<long long>(a.seq_k);
+  unsigned long long tiles_visited = 0;  // counted as the loop runs, so the tests see the loop itself
   for (long long c0 = 0; c0 < key_end; c0 += bk) {
+    ++tiles_visited;
     const int cols = static_cast<int>(min(static_cast<long long>(bk), static_cast<long long>(a.seq_k) - c0));
     // Stage K_j and V_j: every thread of the block copies a strided share.
     const float* kg = a.k + (h * static_cast<long long>(a.seq_k) + c0) * d;
@@ -86,12 +88,11 @@ __global__ void __launch_bounds__(1024) flash_tiled_kernel(FlashArgs a) {
     }
     __syncthreads();  // the next tile overwrites shared memory
   }
-  // One thread per block reports the block's tiles: computed up to key_end, the rest skipped.
+  // One thread per block reports the block's tiles: those it visited, and the rest as skipped.
   if (threadIdx.x == 0 && a.tile_counts) {
-    const unsigned long long computed = static_cast<unsigned long long>((key_end + bk - 1) / bk);
     const unsigned long long all = static_cast<unsigned long long>((static_cast<long long>(a.seq_k) + bk - 1) / bk);
-    atomicAdd(a.tile_counts, computed);
-    atomicAdd(a.tile_counts + 1, all - computed);
+    atomicAdd(a.tile_counts, tiles_visited);
+    atomicAdd(a.tile_counts + 1, all - tiles_visited);
   }
   if (!active) return;
   const long long row = h * static_cast<long long>(a.seq_q) + i;

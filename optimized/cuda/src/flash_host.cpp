@@ -84,8 +84,8 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   require(cfg.block_q % 16 == 0 && cfg.block_q <= 128, fn, "block_q (", cfg.block_q,
           ") must be a multiple of 16 (the MMA tile) and <= 128 (one warp per 16 rows, 8 warps at most)");
   require(cfg.block_k % 16 == 0, fn, "block_k (", cfg.block_k, ") must be a multiple of 16 (the MMA tile)");
-  require(device::compute_capability() >= 80, fn, "needs a device of compute capability 8.0 or later (bf16 WMMA), found ",
-          device::compute_capability());
+  const int capability = device::compute_capability();
+  require(capability >= 80, fn, "needs a device of compute capability 8.0 or later (bf16 WMMA), found ", capability);
   device::FlashTensorCoreArgs args;
   args.bf16 = cfg.inputs == FlashInputs::bf16;
   args.heads = q.shape()[0];
@@ -96,18 +96,20 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   args.scale = static_cast<float>(scale);
   args.causal = cfg.causal;
   // Tiles no larger than the sequences (rounded up to the MMA tile), then shrunk 16 rows at a
-  // time, key tile first, until one block's shared memory fits the device.
+  // time, the larger one first (the key tile on a tie), until one block's shared memory fits.
   args.block_q = std::min(cfg.block_q, round_up_16(args.seq_q));
   args.block_k = std::min(cfg.block_k, round_up_16(args.seq_k));
   const std::size_t limit = device::max_shared_bytes_per_block();
   while (device::flash_tensor_core_shared_bytes(args) > limit) {
     require(args.block_k > 16 || args.block_q > 16, fn, "16 x 16 tiles do not fit the device's shared memory");
-    if (args.block_k > 16) {
+    if (args.block_k >= args.block_q) {
       args.block_k -= 16;
     } else {
       args.block_q -= 16;
     }
   }
+  const std::size_t blocks = args.heads * ((args.seq_q + args.block_q - 1) / args.block_q);
+  require(blocks <= 0x7fffffffU, fn, "heads x query tiles (", blocks, ") exceeds the 2^31 - 1 blocks of a CUDA grid");
   const std::vector<std::uint16_t> hq = to_16_bits(q, cfg.inputs), hk = to_16_bits(k, cfg.inputs),
                                    hv = to_16_bits(v, cfg.inputs);
   DeviceBuffer<std::uint16_t> dq(hq.data(), hq.size()), dk(hk.data(), hk.size()), dv(hv.data(), hv.size());

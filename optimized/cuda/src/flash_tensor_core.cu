@@ -118,7 +118,9 @@ __global__ void __launch_bounds__(256) flash_tensor_core_kernel(FlashTensorCoreA
   const long long last_row = min(r0 + t.bq, seq_q) - 1;
   const long long key_end = a.causal ? min(seq_k, last_row + shift + 1) : seq_k;
 
+  unsigned long long tiles_visited = 0;  // counted as the loop runs, so the tests see the loop itself
   for (long long c0 = 0; c0 < key_end; c0 += t.bk) {
+    ++tiles_visited;
     const int cols = static_cast<int>(min(static_cast<long long>(t.bk), seq_k - c0));
     stage_tile(reinterpret_cast<unsigned short*>(k_tile), t.ld_qk, t.bk, t.dp, a.k + h * seq_k * d, c0, cols, d);
     stage_tile(reinterpret_cast<unsigned short*>(v_tile), t.ld_v, t.bk, t.dvp, a.v + h * seq_k * dv, c0, cols, dv);
@@ -190,12 +192,11 @@ __global__ void __launch_bounds__(256) flash_tensor_core_kernel(FlashTensorCoreA
     __syncthreads();  // the next key tile overwrites K_j and V_j
   }
 
-  // One thread per block reports the block's tiles: computed up to key_end, the rest skipped.
+  // One thread per block reports the block's tiles: those it visited, and the rest as skipped.
   if (threadIdx.x == 0 && a.tile_counts) {
-    const auto computed = static_cast<unsigned long long>((key_end + t.bk - 1) / t.bk);
     const auto all = static_cast<unsigned long long>((seq_k + t.bk - 1) / t.bk);
-    atomicAdd(a.tile_counts, computed);
-    atomicAdd(a.tile_counts + 1, all - computed);
+    atomicAdd(a.tile_counts, tiles_visited);
+    atomicAdd(a.tile_counts + 1, all - tiles_visited);
   }
   // O_i = O~ / l, L_i = m + ln l (a row that saw no key: O = 0, L = -inf).
   if (i < seq_q) {

@@ -38,7 +38,7 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
 /// \f$ \tilde P V \f$; the output and the log-sum-exp are fp32. Computes what
 /// `ref::flash_attention_forward` emulates with the same `cfg.inputs`. `block_q` (<= 128) and
 /// `block_k` must be multiples of 16; tiles are clamped to the sequences and shrunk until they fit
-/// the device's shared memory. Needs compute capability 8.0 or later. Throws `tvlab::Error` naming
+/// the device's shared memory (the tile counts are those of the tiles used). Needs compute capability 8.0 or later. Throws `tvlab::Error` naming
 /// `cfg.inputs`, `block_q` or `block_k`.
 FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                                 const FlashConfig& cfg);
