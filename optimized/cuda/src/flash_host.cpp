@@ -14,6 +14,28 @@
 namespace tvlab::cuda {
 namespace {
 
+// The forward kernels' device outputs (out, lse, and the two tile counters) and their download.
+struct ForwardOutputs {
+  std::size_t heads, seq_q, head_dim_v;
+  DeviceBuffer<float> out{heads * seq_q * head_dim_v}, lse{heads * seq_q};
+  DeviceBuffer<unsigned long long> counts{2};
+
+  ForwardOutputs(std::size_t h, std::size_t n, std::size_t dv) : heads(h), seq_q(n), head_dim_v(dv) {
+    device::fill_bytes(counts.get(), 0, 2 * sizeof(unsigned long long));
+  }
+
+  FlashOutput download() const {
+    FlashOutput r{Tensor3::from_shape({heads, seq_q, head_dim_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
+    out.download(r.out.data());
+    lse.download(r.lse.data());
+    unsigned long long tiles[2] = {0, 0};
+    counts.download(tiles);
+    r.tiles_computed = static_cast<std::size_t>(tiles[0]);
+    r.tiles_skipped = static_cast<std::size_t>(tiles[1]);
+    return r;
+  }
+};
+
 FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg, bool tiled) {
   const char* fn = "flash_attention_forward";
   const double scale = validate_flash(fn, q, k, v, cfg);
@@ -37,30 +59,19 @@ FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Flas
     args.block_k = std::max<std::size_t>(1, std::min(args.block_k, limit / row_bytes));
   }
   DeviceBuffer<float> dq(q.data(), q.size()), dk(k.data(), k.size()), dv(v.data(), v.size());
-  DeviceBuffer<float> dout(args.heads * args.seq_q * args.head_dim_v), dlse(args.heads * args.seq_q);
-  const unsigned long long zero[2] = {0, 0};
-  DeviceBuffer<unsigned long long> counts(zero, 2);
-  args.tile_counts = counts.get();
+  ForwardOutputs outputs(args.heads, args.seq_q, args.head_dim_v);
   args.q = dq.get();
   args.k = dk.get();
   args.v = dv.get();
-  args.out = dout.get();
-  args.lse = dlse.get();
+  args.out = outputs.out.get();
+  args.lse = outputs.lse.get();
+  args.tile_counts = outputs.counts.get();
   if (tiled) {
     device::flash_forward_tiled(args);
   } else {
-    device::flash_forward_rowwise(args);
+    device::flash_forward_rowwise(args);  // counts no tiles: both counters stay 0
   }
-  FlashOutput r{Tensor3::from_shape({args.heads, args.seq_q, args.head_dim_v}), Tensor2::from_shape({args.heads, args.seq_q}), 0, 0};
-  dout.download(r.out.data());
-  dlse.download(r.lse.data());
-  if (tiled) {
-    unsigned long long tiles[2] = {0, 0};
-    counts.download(tiles);
-    r.tiles_computed = static_cast<std::size_t>(tiles[0]);
-    r.tiles_skipped = static_cast<std::size_t>(tiles[1]);
-  }
-  return r;
+  return outputs.download();
 }
 
 // x's elements as fp16 or bf16 bits, rounded to nearest even: the values the reference emulates.
@@ -113,24 +124,15 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   const std::vector<std::uint16_t> hq = to_16_bits(q, cfg.inputs), hk = to_16_bits(k, cfg.inputs),
                                    hv = to_16_bits(v, cfg.inputs);
   DeviceBuffer<std::uint16_t> dq(hq.data(), hq.size()), dk(hk.data(), hk.size()), dv(hv.data(), hv.size());
-  DeviceBuffer<float> dout(args.heads * args.seq_q * args.head_dim_v), dlse(args.heads * args.seq_q);
-  const unsigned long long zero[2] = {0, 0};
-  DeviceBuffer<unsigned long long> counts(zero, 2);
+  ForwardOutputs outputs(args.heads, args.seq_q, args.head_dim_v);
   args.q = dq.get();
   args.k = dk.get();
   args.v = dv.get();
-  args.out = dout.get();
-  args.lse = dlse.get();
-  args.tile_counts = counts.get();
+  args.out = outputs.out.get();
+  args.lse = outputs.lse.get();
+  args.tile_counts = outputs.counts.get();
   device::flash_forward_tensor_core(args);
-  FlashOutput r{Tensor3::from_shape({args.heads, args.seq_q, args.head_dim_v}), Tensor2::from_shape({args.heads, args.seq_q}), 0, 0};
-  dout.download(r.out.data());
-  dlse.download(r.lse.data());
-  unsigned long long tiles[2] = {0, 0};
-  counts.download(tiles);
-  r.tiles_computed = static_cast<std::size_t>(tiles[0]);
-  r.tiles_skipped = static_cast<std::size_t>(tiles[1]);
-  return r;
+  return outputs.download();
 }
 
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
