@@ -258,8 +258,10 @@ BENCHMARK(BM_opt_flash_v2)->Name("opt_flash_v2")->ArgNames({"n", "d", "causal"})
 
 BENCHMARK(BM_backward<ref::flash_attention_backward>)->Name("ref_flash_backward")->ArgNames({"n", "d", "causal"})
     ->Args({512, 64, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_backward<opt::flash_attention_backward>)->Name("opt_flash_backward")->ArgNames({"n", "d", "causal"})
+BENCHMARK(BM_backward<opt::flash_attention_backward_v2>)->Name("opt_flash_backward_v2")->ArgNames({"n", "d", "causal"})
     ->Args({512, 64, 1})->Args({4096, 64, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_backward<opt::flash_attention_backward_v3>)->Name("opt_flash_backward_v3")->ArgNames({"n", "d", "causal"})
+    ->Args({512, 64, 1})->Args({4096, 64, 1})->Args({4096, 64, 0})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead

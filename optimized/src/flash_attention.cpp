@@ -321,83 +321,95 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
   return g;
 }
 
-// v2: the same two passes with the tile products on the micro-kernels of the forward v2. Packed
-// once per head: K^T and V^T per key tile ([d, bc_pad], [d_v, bc_pad]) for S = Q K^T and
-// dP = dO V^T; K, Q and dO padded to whole micro-kernel widths for the accumulations
-// dQ += dS K, dK += dS^T Q and dV += P^T dO.
-FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
-                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
-  const auto scale =
-      static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
-  const FlashDims dims(q, k, v, cfg);
-  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
-  const std::size_t w = detail::kTileCols;
-  const std::size_t bc_pad = round_up(bc, w), br_pad = round_up(br, w), d_pad = round_up(d, w), dv_pad = round_up(d_v, w);
-  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+namespace {
 
-  // Packing (zeros in the padding).
-  std::vector<float> kt(heads * k_tiles * d * bc_pad, 0.0f), vt(heads * k_tiles * d_v * bc_pad, 0.0f);
-  std::vector<float> k_pad(heads * seq_k * d_pad, 0.0f), q_pad(heads * seq_q * d_pad, 0.0f), do_pad(heads * seq_q * dv_pad, 0.0f);
-  std::vector<float> delta(heads * seq_q);
+// What the backward versions on micro-kernels share: the inputs packed once per call, D_i, and
+// the work on one (query tile, key tile) pair and on one key tile. Packed per head: K^T and V^T
+// per key tile ([d, bc_pad], [d_v, bc_pad]) for S = Q K^T and dP = dO V^T; K, Q and dO padded to
+// whole micro-kernel widths for the accumulations dQ += dS K, dK += dS^T Q and dV += P^T dO.
+struct BackwardTiles {
+  const Tensor3 &q, &dout;
+  const Tensor2& lse;
+  const FlashConfig& cfg;
+  FlashDims dims;
+  float scale;
+  std::size_t bc_pad, br_pad, d_pad, dv_pad;
+  std::vector<float> kt, vt, k_pad, q_pad, do_pad, delta;
+  std::size_t per_thread;  // scratch floats per thread: see key_tile
+
+  BackwardTiles(const Tensor3& q_, const Tensor3& k, const Tensor3& v, const Tensor3& out, const Tensor2& lse_,
+                const Tensor3& dout_, const FlashConfig& cfg_, float scale_)
+      : q(q_), dout(dout_), lse(lse_), cfg(cfg_), dims(q_, k, v, cfg_), scale(scale_) {
+    const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+    const std::size_t w = detail::kTileCols;
+    bc_pad = round_up(bc, w);
+    br_pad = round_up(br, w);
+    d_pad = round_up(d, w);
+    dv_pad = round_up(d_v, w);
+    // Per thread: p, dp, ds [br, bc_pad]; the transposes of p and dS [bc, br_pad]; the dK and dV
+    // accumulators [bc, d_pad + dv_pad] (or a dQ accumulator [br, d_pad] in the dQ pass).
+    per_thread = 3 * br * bc_pad + 2 * bc * br_pad + bc * (d_pad + dv_pad) + br * d_pad;
+    kt.assign(heads * k_tiles * d * bc_pad, 0.0f);  // zeros in the padding
+    vt.assign(heads * k_tiles * d_v * bc_pad, 0.0f);
+    k_pad.assign(heads * seq_k * d_pad, 0.0f);
+    q_pad.assign(heads * seq_q * d_pad, 0.0f);
+    do_pad.assign(heads * seq_q * dv_pad, 0.0f);
+    delta.assign(heads * seq_q, 0.0f);
 #pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
-    const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
-    for (std::size_t c = 0; c < std::min(bc, seq_k - c0); ++c) {
-      const float* krow = k.data() + (h * seq_k + c0 + c) * d;
-      const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
-      for (std::size_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(t) * d * bc_pad + e * bc_pad + c] = krow[e];
-      for (std::size_t e = 0; e < d_v; ++e) vt[static_cast<std::size_t>(t) * d_v * bc_pad + e * bc_pad + c] = vrow[e];
-      std::copy(krow, krow + d, k_pad.data() + (h * seq_k + c0 + c) * d_pad);
+    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
+      const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
+      for (std::size_t c = 0; c < std::min(bc, seq_k - c0); ++c) {
+        const float* krow = k.data() + (h * seq_k + c0 + c) * d;
+        const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
+        for (std::size_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(t) * d * bc_pad + e * bc_pad + c] = krow[e];
+        for (std::size_t e = 0; e < d_v; ++e) vt[static_cast<std::size_t>(t) * d_v * bc_pad + e * bc_pad + c] = vrow[e];
+        std::copy(krow, krow + d, k_pad.data() + (h * seq_k + c0 + c) * d_pad);
+      }
+    }
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(heads * seq_q); ++r) {
+      const auto row = static_cast<std::size_t>(r);
+      std::copy(q.data() + row * d, q.data() + (row + 1) * d, q_pad.data() + row * d_pad);
+      std::copy(dout.data() + row * d_v, dout.data() + (row + 1) * d_v, do_pad.data() + row * dv_pad);
+      float sum = 0.0f;  // D_i = rowsum(dO_i o O_i)
+      for (std::size_t e = 0; e < d_v; ++e) sum += out.data()[row * d_v + e] * dout.data()[row * d_v + e];
+      delta[row] = sum;
     }
   }
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(heads * seq_q); ++r) {
-    const auto row = static_cast<std::size_t>(r);
-    std::copy(q.data() + row * d, q.data() + (row + 1) * d, q_pad.data() + row * d_pad);
-    std::copy(dout.data() + row * d_v, dout.data() + (row + 1) * d_v, do_pad.data() + row * dv_pad);
-    float sum = 0.0f;  // D_i = rowsum(dO_i o O_i)
-    for (std::size_t e = 0; e < d_v; ++e) sum += out.data()[row * d_v + e] * dout.data()[row * d_v + e];
-    delta[row] = sum;
-  }
 
-  // P and dS of query tile [r0, r0 + rows) against key tile j, into p and ds ([rows, bc_pad]);
-  // masked keys, padding and queries that saw no key give 0. dp is scratch.
-  auto tile_p_ds = [&](std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp, float* ds) {
+  // P and scale * dS of query tile [r0, r0 + rows) against key tile j, into p and ds
+  // ([rows, bc_pad]); masked keys, padding and queries that saw no key give 0. dp is scratch.
+  void p_and_ds(std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp, float* ds) const {
+    const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
     detail::score_tile(q.data() + (h * seq_q + r0) * d, d, kt.data() + (h * k_tiles + j) * d * bc_pad, bc_pad, p, bc_pad,
                        rows, bc_pad, scale);
-    detail::score_tile(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.data() + (h * k_tiles + j) * d_v * bc_pad, bc_pad, dp,
-                       bc_pad, rows, bc_pad, 1.0f);
+    detail::score_tile(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.data() + (h * k_tiles + j) * d_v * bc_pad, bc_pad,
+                       dp, bc_pad, rows, bc_pad, 1.0f);
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t i = r0 + r;
       const float l_i = lse(h, i), d_i = delta[h * seq_q + i];
-      const std::size_t visible =
-          l_i == neg_inf ? 0 : visible_keys(cfg, shift, i, c0, cols);
+      const std::size_t visible = l_i == neg_inf ? 0 : visible_keys(cfg, shift, i, c0, cols);
       float* prow = p + r * bc_pad;
       float* dprow = dp + r * bc_pad;
       float* dsrow = ds + r * bc_pad;
       for (std::size_t c = 0; c < visible; ++c) {
-        prow[c] = std::exp(prow[c] - l_i);  // P = e^{S - L}
-        dsrow[c] = prow[c] * (dprow[c] - d_i);  // dS = P (dP - D)
+        prow[c] = std::exp(prow[c] - l_i);                // P = e^{S - L}
+        dsrow[c] = scale * prow[c] * (dprow[c] - d_i);    // scale dS = scale P (dP - D)
       }
       std::fill(prow + visible, prow + bc_pad, 0.0f);
       std::fill(dsrow + visible, dsrow + bc_pad, 0.0f);
     }
-  };
-  auto first_visible_query = [&](std::size_t c0) { return cfg.causal && c0 > shift ? c0 - shift : 0; };
+  }
 
-  FlashGrads g{xt::zeros<float>({heads, seq_q, d}), xt::zeros<float>({heads, seq_k, d}), xt::zeros<float>({heads, seq_k, d_v})};
-  const int threads = omp_get_max_threads();
-  // Per thread: p, dp, ds [br, bc_pad]; their transposes [bc, br_pad]; accumulators [bc, d_pad + dv_pad] or [br, d_pad].
-  const std::size_t per_thread = 3 * br * bc_pad + 2 * bc * br_pad + bc * (d_pad + dv_pad) + br * d_pad;
-  std::vector<float> scratch(static_cast<std::size_t>(threads) * per_thread);
-
-  // Pass 1, threads over (head, key tile): dV_j += P^T dO, dK_j += scale dS^T Q.
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * k_tiles); ++task) {
-    const std::size_t h = static_cast<std::size_t>(task) / k_tiles, j = static_cast<std::size_t>(task) % k_tiles;
+  // Key tile j of head h against every query tile that sees it: dV_j = sum P^T dO and
+  // dK_j = sum scale dS^T Q, written to g; with `dq_partial` ([seq_q, d_pad] of this head), also
+  // dQ += scale dS K_j there, so one pass computes all three gradients.
+  void key_tile(std::size_t h, std::size_t j, float* scratch, FlashGrads& g, float* dq_partial) const {
+    const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
-    float* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* p = scratch;
     float* dp = p + br * bc_pad;
     float* ds = dp + br * bc_pad;
     float* pt = ds + br * bc_pad;
@@ -405,15 +417,20 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
     float* dk_acc = dst + bc * br_pad;
     float* dv_acc = dk_acc + bc * d_pad;
     std::fill(dk_acc, dk_acc + bc * (d_pad + dv_pad), 0.0f);
-    for (std::size_t r0 = first_visible_query(c0) / br * br; r0 < seq_q; r0 += br) {
+    // Under the causal mask the queries before c0 - shift see none of this tile.
+    const std::size_t first_query = cfg.causal && c0 > shift ? c0 - shift : 0;
+    for (std::size_t r0 = first_query / br * br; r0 < seq_q; r0 += br) {
       const std::size_t rows = std::min(br, seq_q - r0);
-      tile_p_ds(h, r0, rows, j, p, dp, ds);
-      // Transpose P and dS to [cols, rows] (zero-padded to br_pad) for the accumulations.
+      p_and_ds(h, r0, rows, j, p, dp, ds);
+      if (dq_partial)
+        detail::accumulate_pv(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_partial + r0 * d_pad, rows,
+                              cols);
+      // Transpose P and scale dS to [cols, rows] (zero-padded to br_pad) for the accumulations.
       std::fill(pt, pt + 2 * bc * br_pad, 0.0f);
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < cols; ++c) {
           pt[c * br_pad + r] = p[r * bc_pad + c];
-          dst[c * br_pad + r] = scale * ds[r * bc_pad + c];
+          dst[c * br_pad + r] = ds[r * bc_pad + c];
         }
       detail::accumulate_pv(pt, br_pad, do_pad.data() + (h * seq_q + r0) * dv_pad, dv_pad, dv_acc, cols, rows);
       detail::accumulate_pv(dst, br_pad, q_pad.data() + (h * seq_q + r0) * d_pad, d_pad, dk_acc, cols, rows);
@@ -423,27 +440,96 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
       std::copy(dv_acc + c * dv_pad, dv_acc + c * dv_pad + d_v, g.dv.data() + (h * seq_k + c0 + c) * d_v);
     }
   }
-  // Pass 2, threads over (head, query tile): dQ_i += scale dS K.
+
+  FlashGrads zero_grads() const {
+    return {xt::zeros<float>({dims.heads, dims.seq_q, dims.d}), xt::zeros<float>({dims.heads, dims.seq_k, dims.d}),
+            xt::zeros<float>({dims.heads, dims.seq_k, dims.d_v})};
+  }
+};
+
+}  // namespace
+
+// v2: the two passes of v1 with the tile products on the micro-kernels of the forward v2.
+FlashGrads flash_attention_backward_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const auto scale =
+      static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
+  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = tiles.dims;
+  FlashGrads g = tiles.zero_grads();
+  const int threads = omp_get_max_threads();
+  std::vector<float> scratch(static_cast<std::size_t>(threads) * tiles.per_thread);
+
+  // Pass 1, threads over (head, key tile): dV_j and dK_j.
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * k_tiles); ++task)
+    tiles.key_tile(static_cast<std::size_t>(task) / k_tiles, static_cast<std::size_t>(task) % k_tiles,
+                   scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * tiles.per_thread, g, nullptr);
+  // Pass 2, threads over (head, query tile): dQ_i += scale dS K, P and dS recomputed.
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * q_tiles); ++task) {
     const std::size_t h = static_cast<std::size_t>(task) / q_tiles, r0 = (static_cast<std::size_t>(task) % q_tiles) * br;
     const std::size_t rows = std::min(br, seq_q - r0);
-    float* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
-    float* dp = p + br * bc_pad;
-    float* ds = dp + br * bc_pad;
-    float* dq_acc = ds + br * bc_pad;
-    std::fill(dq_acc, dq_acc + rows * d_pad, 0.0f);
+    float* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * tiles.per_thread;
+    float* dp = p + br * tiles.bc_pad;
+    float* ds = dp + br * tiles.bc_pad;
+    float* dq_acc = ds + br * tiles.bc_pad;
+    std::fill(dq_acc, dq_acc + rows * tiles.d_pad, 0.0f);
     for (std::size_t j = 0; j < k_tiles; ++j) {
       const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
       if (cfg.causal && c0 > r0 + rows - 1 + shift) break;  // this and later key tiles are hidden
-      tile_p_ds(h, r0, rows, j, p, dp, ds);
-      for (std::size_t t = 0; t < rows * bc_pad; ++t) ds[t] *= scale;
-      detail::accumulate_pv(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_acc, rows, cols);
+      tiles.p_and_ds(h, r0, rows, j, p, dp, ds);
+      detail::accumulate_pv(ds, tiles.bc_pad, tiles.k_pad.data() + (h * seq_k + c0) * tiles.d_pad, tiles.d_pad, dq_acc,
+                            rows, cols);
     }
     for (std::size_t r = 0; r < rows; ++r)
-      std::copy(dq_acc + r * d_pad, dq_acc + r * d_pad + d, g.dq.data() + (h * seq_q + r0 + r) * d);
+      std::copy(dq_acc + r * tiles.d_pad, dq_acc + r * tiles.d_pad + d, g.dq.data() + (h * seq_q + r0 + r) * d);
   }
   return g;
+}
+
+// v3: one pass. Threads share a head's key tiles; each adds its dQ contributions to a private
+// [seq_q, d_pad] buffer, and the buffers are summed once the head is done.
+FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const auto scale =
+      static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
+  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = tiles.dims;
+  FlashGrads g = tiles.zero_grads();
+  const int threads = omp_get_max_threads();
+  const std::size_t partial_size = seq_q * tiles.d_pad;
+  std::vector<float> scratch(static_cast<std::size_t>(threads) * tiles.per_thread);
+  std::vector<float> dq_partials(static_cast<std::size_t>(threads) * partial_size);
+#pragma omp parallel num_threads(threads)
+  {
+    const auto me = static_cast<std::size_t>(omp_get_thread_num());
+    const auto team = static_cast<std::size_t>(omp_get_num_threads());
+    float* mine = dq_partials.data() + me * partial_size;
+    for (std::size_t h = 0; h < heads; ++h) {
+      std::fill(mine, mine + partial_size, 0.0f);
+#pragma omp for schedule(dynamic)
+      for (std::ptrdiff_t j = 0; j < static_cast<std::ptrdiff_t>(k_tiles); ++j)
+        tiles.key_tile(h, static_cast<std::size_t>(j), scratch.data() + me * tiles.per_thread, g, mine);
+      // (the loop's barrier: every partial of head h is complete)
+      // dQ_i = sum over threads of their partial rows.
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(seq_q); ++i) {
+        float* dq_row = g.dq.data() + (h * seq_q + static_cast<std::size_t>(i)) * d;
+        for (std::size_t t = 0; t < team; ++t) {
+          const float* part = dq_partials.data() + t * partial_size + static_cast<std::size_t>(i) * tiles.d_pad;
+          for (std::size_t e = 0; e < d; ++e) dq_row[e] += part[e];
+        }
+      }
+      // (the barrier again: no thread clears its partial before the sums have read it)
+    }
+  }
+  return g;
+}
+
+FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                    const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  return flash_attention_backward_v3(q, k, v, out, lse, dout, cfg);
 }
 
 const std::vector<FlashVariant>& flash_variants() {

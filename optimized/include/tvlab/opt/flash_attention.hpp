@@ -44,11 +44,26 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
 /// @ingroup ch04
-/// The backward pass v2 (what `flash_attention_backward` runs): v1's two passes with the tile
-/// products on the forward v2's micro-kernels — \f$ S = QK^\top \f$ and \f$ dP = dO\,V^\top \f$ from
-/// \f$ K^\top \f$ and \f$ V^\top \f$ packed per key tile, \f$ dV \mathrel{+}= P^\top dO \f$,
+/// The backward pass v2: v1's two passes with the tile products on the forward v2's
+/// micro-kernels — \f$ S = QK^\top \f$ and \f$ dP = dO\,V^\top \f$ from \f$ K^\top \f$ and
+/// \f$ V^\top \f$ packed per key tile, \f$ dV \mathrel{+}= P^\top dO \f$,
 /// \f$ dK \mathrel{+}= \text{scale}\,dS^\top Q \f$ and \f$ dQ \mathrel{+}= \text{scale}\,dS\,K \f$ on padded copies.
 /// Extra memory: packed copies of q, k, v and dout, and per thread a few tiles.
+FlashGrads flash_attention_backward_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
+
+/// @ingroup ch04
+/// The backward pass v3 (what `flash_attention_backward` runs): one pass, as FlashAttention-2's
+/// Algorithm 2. Threads share each head's key tiles; a thread forms \f$ P \f$ and \f$ dS \f$ of
+/// its tile against every query tile once and adds \f$ dV_j, dK_j \f$ and its share of \f$ dQ \f$
+/// (into a private `[seq_q, d]` buffer instead of a GPU's atomic adds); the buffers are summed
+/// per head. Five tile products per (query tile, key tile) pair instead of v2's seven. Extra
+/// memory: v2's, plus `threads x seq_q x d` floats.
+FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
+
+/// @ingroup ch04
+/// The backward pass: v3.
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
