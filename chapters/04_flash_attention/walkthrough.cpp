@@ -393,15 +393,16 @@ int run(const Options& o, const GlobalOptions& g) {
   const Inputs in = make_inputs(g.seed, static_cast<std::size_t>(o.heads), static_cast<std::size_t>(o.seq),
                                 static_cast<std::size_t>(o.head_dim));
   const FlashOutput reference = run_backend("ref", in, cfg);  // validates everything first
-  if (o.step) step_through(in, cfg);
+  // The step-through follows the algorithm on fp32 inputs (with --inputs, the rounding is reported below).
+  FlashConfig fp32_cfg = cfg;
+  fp32_cfg.inputs = FlashInputs::fp32;
+  if (o.step) step_through(in, fp32_cfg);
   if (!o.dump.empty()) {
     dump_npy(o.dump, "q", in.q);
     dump_npy(o.dump, "k", in.k);
     dump_npy(o.dump, "v", in.v);
   }
   // What rounding the inputs costs: the emulation against the same attention on fp32 inputs.
-  FlashConfig fp32_cfg = cfg;
-  fp32_cfg.inputs = FlashInputs::fp32;
   const double rounding_error =
       cfg.inputs == FlashInputs::fp32 ? 0.0 : max_abs_difference(reference.out, run_backend("ref", in, fp32_cfg).out);
   nlohmann::json results = nlohmann::json::array();
@@ -418,7 +419,16 @@ int run(const Options& o, const GlobalOptions& g) {
       results.push_back(entry);
       continue;
     }
-    const FlashOutput r = run_backend(b, in, cfg);
+    FlashOutput r;
+    try {
+      r = run_backend(b, in, cfg);
+    } catch (const Error& e) {
+      // The inputs passed ref's checks: what is left is a backend's own limit (the tensor-core
+      // kernel's tiles of 16, an older GPU), which skips that backend rather than the run.
+      entry["skipped"] = e.what();
+      results.push_back(entry);
+      continue;
+    }
     const double err = max_abs_difference(r.out, reference.out);
     entry["flash_attention_forward"] = err;
     entry["tiles_computed"] = r.tiles_computed;
@@ -464,7 +474,7 @@ Chapter chapter_04() {
   Chapter c;
   c.name = "04_flash_attention";
   c.alias = "flash";
-  c.summary = "online softmax, flash attention forward and backward, the IO model, FP8 emulation";
+  c.summary = "online softmax, flash attention forward and backward, the IO model, fp16/bf16 and FP8 emulation";
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     CLI::App* sub = add_chapter_command(

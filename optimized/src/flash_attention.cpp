@@ -529,7 +529,12 @@ FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const
 
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
-  return flash_attention_backward_v3(q, k, v, out, lse, dout, cfg);
+  // v3's threads share one head's key tiles: with fewer than two tiles per thread they would idle,
+  // and v2's tasks over (head, tile) of all heads keep them busy instead.
+  const std::size_t k_tiles = (k.shape()[1] + std::max<std::size_t>(cfg.block_k, 1) - 1) / std::max<std::size_t>(cfg.block_k, 1);
+  if (k_tiles >= 2 * static_cast<std::size_t>(omp_get_max_threads()))
+    return flash_attention_backward_v3(q, k, v, out, lse, dout, cfg);
+  return flash_attention_backward_v2(q, k, v, out, lse, dout, cfg);
 }
 
 const std::vector<FlashVariant>& flash_variants() {

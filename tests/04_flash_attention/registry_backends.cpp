@@ -20,6 +20,7 @@ const std::vector<Impl>& registry() {
       all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr});
     all.push_back({"opt_backward_v1", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v1});
     all.push_back({"opt_backward_v2", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v2});
+    all.push_back({"opt_backward_v3", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v3});
     all.push_back({"cuda", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward, cuda::flash_attention_backward});
     all.push_back({"cuda_rowwise", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward_rowwise, nullptr});
     return all;

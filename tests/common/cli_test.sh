@@ -86,7 +86,8 @@ done
 check "flash --step" 0 "" -- "$tvlab" flash --step --backend ref
 check "flash: block 0 names the option" 2 "--block-k" -- "$tvlab" flash --block-k 0
 check "flash: causal with a cuda backend skips it" 0 "" -- "$tvlab" flash --causal --seq 40 --backend all
-check "flash --inputs bf16 (ref emulates, opt skips)" 0 "" -- "$tvlab" flash --inputs bf16 --seq 40 --backend all
+check "flash --inputs bf16 (ref emulates, opt skips)" 0 "" -- "$tvlab" flash --inputs bf16 --seq 40 --block-q 16 --block-k 16 --backend all
+check "flash --inputs fp16 with tiles the tensor-core kernel cannot take" 0 "" -- "$tvlab" flash --inputs fp16 --seq 40 --backend all
 check "flash: an unknown --inputs names the option" 2 "--inputs" -- "$tvlab" flash --inputs fp8
 check "flash json" 0 "" -- "$tvlab" flash --json --seq 33 --block-q 8 --block-k 5 --causal
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["chapter"] == "04_flash_attention"' "$tmp/out" \

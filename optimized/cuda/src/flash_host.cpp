@@ -17,10 +17,11 @@ namespace {
 // The forward kernels' device outputs (out, lse, and the two tile counters) and their download.
 struct ForwardOutputs {
   std::size_t heads, seq_q, head_dim_v;
-  DeviceBuffer<float> out{heads * seq_q * head_dim_v}, lse{heads * seq_q};
+  DeviceBuffer<float> out, lse;
   DeviceBuffer<unsigned long long> counts{2};
 
-  ForwardOutputs(std::size_t h, std::size_t n, std::size_t dv) : heads(h), seq_q(n), head_dim_v(dv) {
+  ForwardOutputs(std::size_t h, std::size_t n, std::size_t dv)
+      : heads(h), seq_q(n), head_dim_v(dv), out(h * n * dv), lse(h * n) {
     device::fill_bytes(counts.get(), 0, 2 * sizeof(unsigned long long));
   }
 
@@ -156,6 +157,9 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
   const std::size_t limit = device::max_shared_bytes_per_block();
   args.block_q = std::max<std::size_t>(1, std::min(args.block_q, limit / ((args.head_dim + args.head_dim_v + 2) * sizeof(float))));
   args.block_k = std::max<std::size_t>(1, std::min(args.block_k, limit / ((args.head_dim + args.head_dim_v) * sizeof(float))));
+  const std::size_t blocks = args.heads * ((std::max(args.seq_q, args.seq_k) + std::min(args.block_q, args.block_k) - 1) /
+                                           std::min(args.block_q, args.block_k));
+  require(blocks <= 0x7fffffffU, fn, "heads x tiles (", blocks, ") exceeds the 2^31 - 1 blocks of a CUDA grid");
   DeviceBuffer<float> dq_in(q.data(), q.size()), dk_in(k.data(), k.size()), dv_in(v.data(), v.size());
   DeviceBuffer<float> d_out(out.data(), out.size()), d_lse(lse.data(), lse.size()), d_dout(dout.data(), dout.size());
   DeviceBuffer<float> delta(lse.size()), dq(q.size()), dk(k.size()), dv(v.size());

@@ -10,8 +10,10 @@
 //   V_j  [bk][dvp + 8]   staged per key tile   O~_w [16][dvp + 4] per warp  the output accumulator
 //
 // dp, dvp: head_dim and head_dim_v rounded up to 16 (the padding is zeros, which add nothing to
-// the products). The extra 8 (or 4) elements per row shift successive rows by 16 bytes, so the
-// 16 rows a WMMA load reads start in different shared-memory banks.
+// the products). Without padding, rows of 128 bytes or a multiple of it would all start in the
+// same shared-memory bank, and a load that reads the same columns of several rows would queue on
+// it. The extra 8 (or 4) elements shift each row by 16 bytes (4 of the 32 four-byte banks), so 8
+// successive rows start in different banks.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -43,10 +43,10 @@ double validate_flash(const char* fn, const Tensor3& q, const Tensor3& k, const 
   require(q.shape()[2] <= kFlashMaxHeadDim, fn, "head_dim (", q.shape()[2], ") must be <= ", kFlashMaxHeadDim);
   require(v.shape()[2] <= kFlashMaxHeadDim, fn, "head_dim_v (", v.shape()[2], ") must be <= ", kFlashMaxHeadDim);
   if (cfg.inputs == FlashInputs::fp16) {
-    // fp16's largest finite value is 65504; anything that rounds beyond it would become inf.
+    // fp16's largest finite value is 65504; anything that rounds beyond it (|x| >= 65520) would become inf.
     for (const auto& [name, t] : {std::pair<const char*, const Tensor3*>{"q", &q}, {"k", &k}, {"v", &v}})
       for (const float x : *t)
-        require(std::isfinite(round_to_fp16(x)), fn, name, " holds ", x, ", beyond fp16's largest finite value 65504 (inputs = fp16)");
+        require(std::isfinite(round_to_fp16(x)), fn, name, " holds ", x, ", which rounds beyond fp16's largest finite value 65504 (cfg.inputs = fp16)");
   }
   return scale;
 }
@@ -60,9 +60,9 @@ void require_fp32_flash(const char* fn, const FlashConfig& cfg) {
 
 double validate_flash_backward(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
-  const double scale = validate_flash(fn, q, k, v, cfg);
   require(cfg.fp8 == Fp8Scaling::none, fn, "fp8 emulation (cfg.fp8) covers the forward pass only");
   require(cfg.inputs == FlashInputs::fp32, fn, "cfg.inputs = ", to_string(cfg.inputs), ": 16-bit inputs cover the forward pass only");
+  const double scale = validate_flash(fn, q, k, v, cfg);
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d_v = v.shape()[2];
   for (const auto& [name, t] : {std::pair<const char*, const Tensor3*>{"out", &out}, {"dout", &dout}}) {
     require_dim(fn, name, *t, 0, "heads", heads, "the heads of q");

@@ -58,12 +58,13 @@ FlashGrads flash_attention_backward_v2(const Tensor3& q, const Tensor3& k, const
 /// its tile against every query tile once and adds \f$ dV_j, dK_j \f$ and its share of \f$ dQ \f$
 /// (into a private `[seq_q, d]` buffer instead of a GPU's atomic adds); the buffers are summed
 /// per head. Five tile products per (query tile, key tile) pair instead of v2's seven. Extra
-/// memory: v2's, plus `threads x seq_q x d` floats.
+/// memory: v2's, plus `threads x seq_q x d_pad` floats (d rounded up to a micro-kernel width).
 FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
 /// @ingroup ch04
-/// The backward pass: v3.
+/// The backward pass: v3 when each thread gets at least two key tiles of a head, else v2 (whose
+/// tasks span all heads).
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 

@@ -27,7 +27,8 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
 /// with one thread per key row over staged query tiles, then dQ with one thread per query row
 /// over staged key tiles; P recomputed from the saved log-sum-exp in both passes, no atomics.
 /// Same contract as `tvlab::ref::flash_attention_backward`; `block_q` and `block_k` (clamped to
-/// the sequences) must be <= 1024.
+/// the sequences) must be <= 1024, and are reduced where a staged tile would not fit the
+/// device's shared memory.
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
