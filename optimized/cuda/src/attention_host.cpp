@@ -11,6 +11,7 @@
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
+#include "attention_shapes.hpp"
 #include "tvlab/cuda/softmax.hpp"
 #include "tvlab/opt/rope.hpp"
 
@@ -29,14 +30,7 @@ Tensor2 softmax(const Tensor2& x) {
 Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                      const AttentionConfig& cfg) {
   const double scale = validate_attention("scaled_dot_product_attention", q, k, v, cfg);
-  device::AttentionArgs args;
-  args.heads = q.shape()[0];
-  args.seq_q = q.shape()[1];
-  args.head_dim = q.shape()[2];
-  args.seq_k = k.shape()[1];
-  args.head_dim_v = v.shape()[2];
-  args.scale = static_cast<float>(scale);
-  args.causal = cfg.causal;
+  auto args = attention_shapes<device::AttentionArgs>(q, k, v, scale, cfg.causal);
 
   DeviceBuffer<float> dq(q.data(), q.size()), dk(k.data(), k.size()), dv(v.data(), v.size());
   DeviceBuffer<float> dout(args.heads * args.seq_q * args.head_dim_v);

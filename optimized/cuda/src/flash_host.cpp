@@ -10,6 +10,7 @@
 #include "tvlab/cuda/flash_attention.hpp"
 #include "tvlab/cuda/flash_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
+#include "attention_shapes.hpp"
 
 namespace tvlab::cuda {
 namespace {
@@ -41,18 +42,11 @@ FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Flas
   const char* fn = "flash_attention_forward";
   const double scale = validate_flash(fn, q, k, v, cfg);
   require_fp32_flash(fn, cfg);
-  device::FlashArgs args;
-  args.heads = q.shape()[0];
-  args.seq_q = q.shape()[1];
-  args.head_dim = q.shape()[2];
-  args.seq_k = k.shape()[1];
-  args.head_dim_v = v.shape()[2];
+  auto args = attention_shapes<device::FlashArgs>(q, k, v, scale, cfg.causal);
   // Tiles never larger than the sequences (as the CPU versions), and key tiles no larger than the
   // device's shared memory allows.
   args.block_q = std::min(cfg.block_q, args.seq_q);
   args.block_k = std::min(cfg.block_k, args.seq_k);
-  args.scale = static_cast<float>(scale);
-  args.causal = cfg.causal;
   if (tiled) {
     require(args.block_q <= 1024, fn, "block_q (", cfg.block_q, ") must be <= 1024: one thread per query row");
     const std::size_t limit = device::max_shared_bytes_per_block();
@@ -98,15 +92,8 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   require(cfg.block_k % 16 == 0, fn, "block_k (", cfg.block_k, ") must be a multiple of 16 (the MMA tile)");
   const int capability = device::compute_capability();
   require(capability >= 80, fn, "needs a device of compute capability 8.0 or later (bf16 WMMA), found ", capability);
-  device::FlashTensorCoreArgs args;
+  auto args = attention_shapes<device::FlashTensorCoreArgs>(q, k, v, scale, cfg.causal);
   args.bf16 = cfg.inputs == FlashInputs::bf16;
-  args.heads = q.shape()[0];
-  args.seq_q = q.shape()[1];
-  args.head_dim = q.shape()[2];
-  args.seq_k = k.shape()[1];
-  args.head_dim_v = v.shape()[2];
-  args.scale = static_cast<float>(scale);
-  args.causal = cfg.causal;
   // Tiles no larger than the sequences (rounded up to the MMA tile), then shrunk 16 rows at a
   // time, the larger one first (the key tile on a tie), until one block's shared memory fits.
   args.block_q = std::min(cfg.block_q, round_up_16(args.seq_q));
@@ -140,14 +127,7 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const char* fn = "flash_attention_backward";
   const double scale = validate_flash_backward(fn, q, k, v, out, lse, dout, cfg);
-  device::FlashBackwardArgs args;
-  args.heads = q.shape()[0];
-  args.seq_q = q.shape()[1];
-  args.head_dim = q.shape()[2];
-  args.seq_k = k.shape()[1];
-  args.head_dim_v = v.shape()[2];
-  args.scale = static_cast<float>(scale);
-  args.causal = cfg.causal;
+  auto args = attention_shapes<device::FlashBackwardArgs>(q, k, v, scale, cfg.causal);
   // One thread per row in both passes: tiles no larger than the sequences and 1024 rows, and
   // each pass's staged tile no larger than the device's shared memory allows.
   args.block_q = std::min(cfg.block_q, args.seq_q);
