@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "../common/bench_support.hpp"
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/blas_kernel.hpp"
@@ -210,12 +209,9 @@ void BM_cuda_tensor_core(benchmark::State& state, bool bf16) {
   const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
   const bool causal = state.range(2) != 0;
   const Inputs in(n, d);
-  auto bits = [bf16](const Tensor3& x) {
-    std::vector<std::uint16_t> b(x.size());
-    for (std::size_t t = 0; t < x.size(); ++t) b[t] = bf16 ? float_to_bf16_bits(x.data()[t]) : float_to_fp16_bits(x.data()[t]);
-    return b;
-  };
-  const std::vector<std::uint16_t> hq = bits(in.q), hk = bits(in.k), hv = bits(in.v);
+  const FlashInputs format = bf16 ? FlashInputs::bf16 : FlashInputs::fp16;
+  const std::vector<std::uint16_t> hq = to_16_bit_inputs(in.q, format), hk = to_16_bit_inputs(in.k, format),
+                                   hv = to_16_bit_inputs(in.v, format);
   cuda::DeviceBuffer<std::uint16_t> q(hq.data(), hq.size()), k(hk.data(), hk.size()), v(hv.data(), hv.size());
   cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n);
   cuda::device::FlashTensorCoreArgs args;

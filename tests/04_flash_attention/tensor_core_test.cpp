@@ -140,6 +140,18 @@ TEST(Ch04SixteenBitInputs, emulation_keeps_flash_attentions_accuracy_rule_and_it
   EXPECT_GT(error_of[1], 4 * error_of[0]) << "fp16 " << error_of[0] << ", bf16 " << error_of[1];
 }
 
+TEST(Ch04SixteenBitInputs, the_bits_a_tensor_core_reads_are_the_values_the_emulation_uses) {
+  const Tensor3 x = Rng(34).normal_tensor(2, 5, 7, 0.0, 100.0);
+  const std::vector<std::uint16_t> half = to_16_bit_inputs(x, FlashInputs::fp16), brain = to_16_bit_inputs(x, FlashInputs::bf16);
+  ASSERT_EQ(half.size(), x.size());
+  ASSERT_EQ(brain.size(), x.size());
+  for (std::size_t t = 0; t < x.size(); ++t) {
+    EXPECT_EQ(fp16_bits_to_float(half[t]), round_to_inputs(x.data()[t], FlashInputs::fp16)) << "element " << t;
+    EXPECT_EQ(bf16_bits_to_float(brain[t]), round_to_inputs(x.data()[t], FlashInputs::bf16)) << "element " << t;
+  }
+  EXPECT_TRUE(throws_error_naming([&] { to_16_bit_inputs(x, FlashInputs::fp32); }, {"to_16_bit_inputs", "inputs"}));
+}
+
 TEST(Ch04SixteenBitInputs, rejects_bad_input_naming_the_parameter) {
   Tensor3 x = xt::ones<float>({1, 4, 8});
   FlashConfig cfg;

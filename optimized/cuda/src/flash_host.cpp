@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/cuda/flash_attention.hpp"
 #include "tvlab/cuda/flash_device.hpp"
@@ -69,14 +68,6 @@ FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Flas
   return outputs.download();
 }
 
-// x's elements as fp16 or bf16 bits, rounded to nearest even: the values the reference emulates.
-std::vector<std::uint16_t> to_16_bits(const Tensor3& x, FlashInputs inputs) {
-  std::vector<std::uint16_t> bits(x.size());
-  for (std::size_t t = 0; t < x.size(); ++t)
-    bits[t] = inputs == FlashInputs::bf16 ? float_to_bf16_bits(x.data()[t]) : float_to_fp16_bits(x.data()[t]);
-  return bits;
-}
-
 std::size_t round_up_16(std::size_t x) { return (x + 15) / 16 * 16; }
 
 }  // namespace
@@ -109,8 +100,8 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   }
   const std::size_t blocks = args.heads * ((args.seq_q + args.block_q - 1) / args.block_q);
   require(blocks <= 0x7fffffffU, fn, "heads x query tiles (", blocks, ") exceeds the 2^31 - 1 blocks of a CUDA grid");
-  const std::vector<std::uint16_t> hq = to_16_bits(q, cfg.inputs), hk = to_16_bits(k, cfg.inputs),
-                                   hv = to_16_bits(v, cfg.inputs);
+  const std::vector<std::uint16_t> hq = to_16_bit_inputs(q, cfg.inputs), hk = to_16_bit_inputs(k, cfg.inputs),
+                                   hv = to_16_bit_inputs(v, cfg.inputs);
   DeviceBuffer<std::uint16_t> dq(hq.data(), hq.size()), dk(hk.data(), hk.size()), dv(hv.data(), hv.size());
   ForwardOutputs outputs(args.heads, args.seq_q, args.head_dim_v);
   args.q = dq.get();

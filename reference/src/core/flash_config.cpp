@@ -27,6 +27,15 @@ float round_to_inputs(float x, FlashInputs inputs) {
   return x;
 }
 
+std::vector<std::uint16_t> to_16_bit_inputs(const Tensor3& x, FlashInputs inputs) {
+  require(inputs == FlashInputs::fp16 || inputs == FlashInputs::bf16, "to_16_bit_inputs", "inputs (",
+          to_string(inputs), ") must be fp16 or bf16");
+  std::vector<std::uint16_t> bits(x.size());
+  for (std::size_t t = 0; t < x.size(); ++t)
+    bits[t] = inputs == FlashInputs::bf16 ? float_to_bf16_bits(x.data()[t]) : float_to_fp16_bits(x.data()[t]);
+  return bits;
+}
+
 double validate_flash(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   require(cfg.block_q > 0, fn, "block_q (", cfg.block_q, ") must be positive");
   require(cfg.block_k > 0, fn, "block_k (", cfg.block_k, ") must be positive");

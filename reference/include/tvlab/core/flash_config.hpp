@@ -3,7 +3,9 @@
 /// Configuration and result of flash attention (chapter 04), shared by every backend.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "tvlab/core/tensor.hpp"
 
@@ -60,6 +62,10 @@ const char* to_string(FlashInputs inputs);
 
 /// x rounded to `inputs`' format and back to float (x itself for fp32).
 float round_to_inputs(float x, FlashInputs inputs);
+
+/// The elements of x as fp16 or bf16 bits (`inputs` must be one of them), rounded to nearest
+/// even: what a tensor-core kernel reads, and the values the reference's emulation uses.
+std::vector<std::uint16_t> to_16_bit_inputs(const Tensor3& x, FlashInputs inputs);
 
 /// The largest head dimension the flash kernels support (as FlashAttention-2).
 inline constexpr std::size_t kFlashMaxHeadDim = 256;
