@@ -6,8 +6,8 @@
 #   make docs      Doxygen HTML in build/default/docs/html/index.html
 #   make bench     run every chapter's benchmarks
 #   make results   regenerate chapters/*/results.md
-#   make exercises build with the exercise stubs and run the exercise tests (they fail until solved)
-#   make sanitize  the debug preset (AddressSanitizer + UBSan) and its tests
+#   make exercises build and run the exercise tests over exercises/*/student.cpp (they fail until solved)
+#   make sanitize  the debug preset (AddressSanitizer + UBSan): builds the test programs only, runs them
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # ccache (used when installed) keeps its cache in the home directory, or in build/ without one.
@@ -39,19 +39,14 @@ docs: configure
 bench: build
 	@for ch in $(CHAPTERS); do $(BUILD)/chapters/bench_$$ch --benchmark_counters_tabular=true || exit 1; done
 
-# The lessons' figures: each is one `tvlab` command, listed here so CI can regenerate them.
-FIGURES := docs/figures/ch00_causal_attention.svg docs/figures/ch01_post_ln_vs_pre_ln.svg \
-           docs/figures/ch02_frequency_scaling.svg docs/figures/ch02_logit_decay.svg \
-           docs/figures/ch04_io_model.svg
-figure_cmd_docs/figures/ch00_causal_attention.svg := attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref
-figure_cmd_docs/figures/ch01_post_ln_vs_pre_ln.svg := norm
-figure_cmd_docs/figures/ch02_frequency_scaling.svg := rope --figure scaling --factor 4
-figure_cmd_docs/figures/ch02_logit_decay.svg := rope --figure decay
-figure_cmd_docs/figures/ch04_io_model.svg := flash
+# The lessons' figures: each chapter declares its own (`tvlab list --figures` prints
+# "<file><tab><command>"), and `tvlab <command> --svg <file>` makes each one.
+FIGURES_CMD = $(TVLAB) list --figures
 
 results: build
 	@for ch in $(CHAPTERS); do $(TVLAB) $$ch --markdown > chapters/$$ch/results.md || exit 1; echo "wrote chapters/$$ch/results.md"; done
-	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg $(f) > /dev/null || exit 1; echo "wrote $(f)";)
+	@$(FIGURES_CMD) | while IFS="$$(printf '\t')" read -r file command; do \
+	  $(TVLAB) $$command --svg "$$file" > /dev/null || exit 1; echo "wrote $$file"; done
 
 check-results: build
 	@for ch in $(CHAPTERS); do \
@@ -59,30 +54,29 @@ check-results: build
 	  { echo "chapters/$$ch/results.md is stale: run 'make results' and commit"; \
 	    $(TVLAB) $$ch --markdown | diff -u chapters/$$ch/results.md - | head -40; exit 1; }; \
 	done; echo "results.md files are up to date"
-	@unlisted="$(filter-out $(FIGURES),$(wildcard docs/figures/*.svg))"; \
-	  if [ -n "$$unlisted" ]; then echo "figures not made by any command in FIGURES: $$unlisted"; exit 1; fi
+	@listed="$$($(FIGURES_CMD) | cut -f1)"; \
+	  for f in docs/figures/*.svg; do echo "$$listed" | grep -qx "$$f" || \
+	    { echo "$$f is made by no chapter's figures (tvlab list --figures)"; exit 1; }; done
 	@mkdir -p build/figures
-	@$(foreach f,$(FIGURES),$(TVLAB) $(figure_cmd_$(f)) --svg build/figures/$(notdir $(f)) > /dev/null || exit 1; \
-	  cmp -s $(f) build/figures/$(notdir $(f)) || { echo "$(f) is stale: run 'make results' and commit"; exit 1; };)
+	@$(FIGURES_CMD) | while IFS="$$(printf '\t')" read -r file command; do \
+	  $(TVLAB) $$command --svg "build/figures/$$(basename "$$file")" > /dev/null || exit 1; \
+	  cmp -s "$$file" "build/figures/$$(basename "$$file")" || { echo "$$file is stale: run 'make results' and commit"; exit 1; }; \
+	done
 	@echo "figures are up to date"
 
 student-stubs:
 	python3 scripts/make_student.py
 
-exercises: deps
-	cmake --preset student
-	cmake --build build/student -j $(JOBS)
-	-ctest --preset student -j $(JOBS)
+exercises: build
+	ctest --preset exercises -j $(JOBS)
 
-check-exercises: deps
+check-exercises: build
 	python3 scripts/make_student.py --check
-	cmake --preset student
-	cmake --build build/student -j $(JOBS)
-	python3 scripts/check_exercises.py build/student
+	python3 scripts/check_exercises.py $(BUILD)
 
 sanitize: deps
 	cmake --preset debug
-	cmake --build build/debug -j $(JOBS)
+	cmake --build build/debug -j $(JOBS) --target tvlab_tests
 	ctest --preset debug -j $(JOBS)
 
 clean:

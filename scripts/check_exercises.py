@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""With the exercise stubs built (TVLAB_EXERCISES=student), every exercise test must FAIL,
-and fail because of tvlab::NotImplemented: not pass, not skip, not crash.
+"""Every exercise test program (the chapters' suites over exercises/*/student.cpp, the stubs)
+must FAIL each test, and fail because of tvlab::NotImplemented: not pass, not skip, not crash.
 
-    scripts/check_exercises.py build/student
+    scripts/check_exercises.py build/default
 """
 import json
 import pathlib
@@ -12,7 +12,7 @@ import tempfile
 
 
 def main() -> int:
-    build = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "build/student")
+    build = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "build/default")
     programs = sorted(build.glob("tests/test_*_exercises"))
     if not programs:
         print(f"no exercise test programs under {build}/tests", file=sys.stderr)

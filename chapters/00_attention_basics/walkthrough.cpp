@@ -10,6 +10,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/walkthrough.hpp"
+#include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
 #include "tvlab/analysis/scaling.hpp"
 #include "tvlab/core/error.hpp"
@@ -346,17 +347,19 @@ int run(const Options& o, const GlobalOptions& g) {
 
 }  // namespace
 
-Chapter chapter_00() {
+// The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
+Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = "00_attention_basics";
   c.alias = "attention";
   c.summary = "scaled dot-product and multi-head attention, the cost of the n x n matrix, why 1/sqrt(d_k)";
+  c.figures.push_back({"docs/figures/ch00_causal_attention.svg", "attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     CLI::App* sub = add_chapter_command(
         root, "00_attention_basics", "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
         "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)",
-        "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR", [o, &global] { return run(*o, global); });
+        "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR", backend_lines(ch00::backends()), [o, &global] { return run(*o, global); });
     sub->add_option("--heads", o->heads, "number of heads h")->capture_default_str();
     sub->add_option("--seq", o->seq, "sequence length n (queries)")->capture_default_str();
     sub->add_option("--seq-k", o->seq_k, "number of keys (default: --seq)");

@@ -9,6 +9,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/walkthrough.hpp"
+#include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
 #include "tvlab/analysis/ffn_cost.hpp"
 #include "tvlab/analysis/residual_stack.hpp"
@@ -322,18 +323,20 @@ int run(const Options& o, const GlobalOptions& g) {
 
 }  // namespace
 
-Chapter chapter_01() {
+// The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
+Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = "01_normalization";
   c.alias = "norm";
   c.summary = "LayerNorm and RMSNorm (forward, backward), ReLU/GELU/SiLU, SwiGLU FFN widths, Post-LN vs Pre-LN";
+  c.figures.push_back({"docs/figures/ch01_post_ln_vs_pre_ln.svg", "norm"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     CLI::App* sub = add_chapter_command(
         root, "01_normalization", "norm", "Chapter 01: normalization, activations and the FFN", *o,
         "print LayerNorm, RMSNorm, the activations and SwiGLU step by step",
         "write x.npy, gamma.npy, beta.npy, w1..w3.npy and <function>_<backend>.npy to DIR",
-        [o, &global] { return run(*o, global); });
+        backend_lines(ch01::backends()), [o, &global] { return run(*o, global); });
     sub->add_option("--tokens", o->tokens, "number of tokens")->capture_default_str();
     sub->add_option("--d-model", o->d_model, "model width d_model")->capture_default_str();
     sub->add_option("--d-ff", o->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)");

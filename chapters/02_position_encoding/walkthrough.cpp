@@ -10,6 +10,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/walkthrough.hpp"
+#include "backends.hpp"
 #include "tvlab/analysis/rope_extrapolation.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -574,18 +575,21 @@ int run(const Options& o, const GlobalOptions& g) {
 
 }  // namespace
 
-Chapter chapter_02() {
+// The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
+Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = "02_position_encoding";
   c.alias = "rope";
   c.summary = "sinusoidal and learned positions, RoPE, PI / NTK / dynamic NTK / YaRN, ALiBi, extrapolation";
+  c.figures.push_back({"docs/figures/ch02_frequency_scaling.svg", "rope --figure scaling --factor 4"});
+  c.figures.push_back({"docs/figures/ch02_logit_decay.svg", "rope --figure decay"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     CLI::App* sub = add_chapter_command(
         root, "02_position_encoding", "rope", "Chapter 02: position encoding and context extrapolation", *o,
         "print the frequencies, angles, rotated q, RoPE's relative scores, ALiBi's bias and YaRN's per-pair table",
         "write q.npy, k.npy, v.npy, inv_freq.npy and <function>_<backend>.npy to DIR",
-        [o, &global] { return run(*o, global); });
+        backend_lines(ch02::backends()), [o, &global] { return run(*o, global); });
     sub->add_option("--seq", o->seq, "number of positions")->capture_default_str();
     sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();
     sub->add_option("--head-dim", o->head_dim, "head dimension d (even)")->capture_default_str();

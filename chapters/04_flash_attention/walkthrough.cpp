@@ -10,6 +10,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/walkthrough.hpp"
+#include "backends.hpp"
 #include "tvlab/analysis/io_model.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -470,18 +471,20 @@ int run(const Options& o, const GlobalOptions& g) {
 
 }  // namespace
 
-Chapter chapter_04() {
+// The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
+Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = "04_flash_attention";
   c.alias = "flash";
   c.summary = "online softmax, flash attention forward and backward, the IO model, fp16/bf16 and FP8 emulation";
+  c.figures.push_back({"docs/figures/ch04_io_model.svg", "flash"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     CLI::App* sub = add_chapter_command(
         root, "04_flash_attention", "flash", "Chapter 04: flash attention, tile by tile", *o,
         "print query 0's online softmax one key tile at a time: m, l and the rescaled output accumulator",
         "write q.npy, k.npy, v.npy and flash_attention_forward_<backend>.npy, lse_<backend>.npy to DIR",
-        [o, &global] { return run(*o, global); });
+        backend_lines(ch04::backends()), [o, &global] { return run(*o, global); });
     sub->add_option("--seq", o->seq, "sequence length n")->capture_default_str();
     sub->add_option("--head-dim", o->head_dim, "head dimension d")->capture_default_str();
     sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();

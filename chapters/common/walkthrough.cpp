@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
+#include <iostream>
 #include <ostream>
 #include <sstream>
 
@@ -27,18 +28,36 @@ std::vector<std::string> selected_backends(const std::string& backend) {
 
 bool cuda_usable() { return cuda::device_available(); }
 
+void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines) {
+  for (const auto& b : lines) {
+    std::string notes;
+    auto note = [&notes](const std::string& text) { notes += (notes.empty() ? "" : "; ") + text; };
+    if (b.caps.max_head_dim) note("head_dim <= " + std::to_string(b.caps.max_head_dim));
+    if (b.caps.low_precision_inputs) note("fp16/bf16/fp8 inputs");
+    if (const auto reason = unavailable_reason(b.caps)) note("cannot run here: " + *reason);
+    out << "  " << std::left << std::setw(18) << b.name << ' ' << std::setw(10) << to_string(b.kind) << ' ' << notes
+        << '\n';
+  }
+}
+
 CLI::App* add_chapter_command(CLI::App& root, const std::string& name, const std::string& alias,
                               const std::string& description, StandardOptions& standard,
-                              const std::string& step_help, const std::string& dump_help, std::function<int()> run) {
+                              const std::string& step_help, const std::string& dump_help,
+                              std::vector<BackendLine> backends, std::function<int()> run) {
   CLI::App* sub = root.add_subcommand(name, description);
   sub->alias(alias);
   sub->fallthrough();  // --seed, --format, --threads of the root also work after the chapter name
   sub->add_flag("--step", standard.step, step_help);
-  sub->add_option("--backend", standard.backend, "ref | opt | cuda | all")->capture_default_str();
+  sub->add_option("--backend", standard.backend, "a registered backend (--backend list prints them) or all")
+      ->capture_default_str();
   sub->add_flag("--json", standard.json, "print the run as JSON");
   sub->add_flag("--markdown", standard.markdown, "print the chapter's documented results (its results.md)");
   sub->add_option("--dump", standard.dump, dump_help);
-  sub->callback([run = std::move(run)] {
+  sub->callback([run = std::move(run), backends = std::move(backends), &standard] {
+    if (standard.backend == "list") {
+      print_backend_list(std::cout, backends);
+      return;
+    }
     const int rc = run();
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

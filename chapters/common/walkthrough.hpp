@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/backend.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::cli {
@@ -46,10 +47,17 @@ struct TourReport {
   bool all_agree() const;
 };
 
+/// A figure of the lesson: `tvlab <command> --svg <file>` makes it (CI regenerates and compares it).
+struct Figure {
+  std::string file;     ///< "docs/figures/ch00_causal_attention.svg"
+  std::string command;  ///< "attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref"
+};
+
 struct Chapter {
-  std::string name;     ///< "00_attention_basics"
+  std::string name;     ///< "00_attention_basics" (TVLAB_CHAPTER_NAME, the folder's name)
   std::string alias;    ///< "attention"
   std::string summary;  ///< one line for `tvlab list`
+  std::vector<Figure> figures;  ///< the lesson's figures, listed by `tvlab list --figures`
   /// Adds the chapter's subcommand to the root command.
   std::function<void(CLI::App& root, GlobalOptions& global)> add_subcommand;
   /// Runs the documented examples (deterministic) for `tvlab tour`.
@@ -67,12 +75,32 @@ struct StandardOptions {
   std::string dump;       ///< --dump DIR
 };
 
+/// One line per entry of a backend registry, for `--backend list`: name, kind, what it needs.
+struct BackendLine {
+  std::string name;
+  BackendKind kind;
+  Capabilities caps;
+};
+
+/// The lines of `tvlab <chapter> --backend list` for any chapter's registry.
+template <class Backend>
+std::vector<BackendLine> backend_lines(const std::vector<Backend>& all) {
+  std::vector<BackendLine> lines;
+  for (const auto& b : all) lines.push_back({b.name, b.kind, b.caps});
+  return lines;
+}
+
+/// Prints the registry: one backend a line (name, kind, capabilities, whether it can run here).
+void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines);
+
 /// Adds `tvlab <name>` (and its alias) with the standard options; `step_help` and `dump_help`
-/// say what --step prints and what --dump writes. `run` returns the exit status (non-zero when
-/// an implementation disagrees). The chapter adds its own size options to the returned command.
+/// say what --step prints and what --dump writes, `backends` are the chapter's registry
+/// (printed by `--backend list`). `run` returns the exit status (non-zero when an
+/// implementation disagrees). The chapter adds its own size options to the returned command.
 CLI::App* add_chapter_command(CLI::App& root, const std::string& name, const std::string& alias,
                               const std::string& description, StandardOptions& standard,
-                              const std::string& step_help, const std::string& dump_help, std::function<int()> run);
+                              const std::string& step_help, const std::string& dump_help,
+                              std::vector<BackendLine> backends, std::function<int()> run);
 
 // ------------------------------------------------------------------------------------- helpers
 

@@ -10,22 +10,26 @@
 
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
-#include "impls.hpp"
-#include "oracle.hpp"
+#include "backends.hpp"
+#include "../common/attention_oracle.hpp"
 #include "tvlab/core/rng.hpp"
 
 namespace tvlab::ch00 {
 namespace {
 
 using tvlab::testing::Context;
+using tvlab::testing::mha_oracle;
+using tvlab::testing::score_magnitude;
+using tvlab::testing::sdpa_oracle;
+using tvlab::testing::softmax_oracle;
 using tvlab::testing::matches;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-class Softmax : public ::testing::TestWithParam<Impl> {};
-class Attention : public ::testing::TestWithParam<Impl> {};
-class MultiHead : public ::testing::TestWithParam<Impl> {};
+class Softmax : public ::testing::TestWithParam<Backend> {};
+class Attention : public ::testing::TestWithParam<Backend> {};
+class MultiHead : public ::testing::TestWithParam<Backend> {};
 
 // ------------------------------------------------------------------------------------------ softmax
 
@@ -36,7 +40,7 @@ struct SoftmaxCase {
   int masked_per_row;  // how many -inf entries per row (cols = fully masked)
 };
 
-class SoftmaxCases : public ::testing::TestWithParam<std::tuple<Impl, SoftmaxCase>> {};
+class SoftmaxCases : public ::testing::TestWithParam<std::tuple<Backend, SoftmaxCase>> {};
 
 TEST_P(SoftmaxCases, matches_oracle) {
   const auto& [impl, c] = GetParam();
@@ -69,12 +73,12 @@ const SoftmaxCase kSoftmaxCases[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Ch00, SoftmaxCases,
-                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax)),
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::softmax)),
                                             ::testing::ValuesIn(kSoftmaxCases)),
                          tvlab::testing::ImplCaseName());
 
 TEST_P(Softmax, shift_invariant_and_sums_to_one) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // Small integers: x + 1000 is exact in float, so softmax(x + 1000) must equal softmax(x).
   Tensor2 x = Tensor2::from_shape({4, 37});
@@ -92,7 +96,7 @@ TEST_P(Softmax, shift_invariant_and_sums_to_one) {
 }
 
 TEST_P(Softmax, rejects_nan_plus_infinity_and_empty_input) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   EXPECT_TRUE(throws_error_naming([&] { impl.softmax(Tensor2(xt::zeros<float>({0, 3}))); }, {"softmax", "x", "empty"}));
   Tensor2 x = xt::zeros<float>({2, 3});
   x(1, 2) = std::numeric_limits<float>::quiet_NaN();
@@ -115,7 +119,7 @@ TEST_P(Softmax, rejects_nan_plus_infinity_and_empty_input) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch00, Softmax, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax)),
+INSTANTIATE_TEST_SUITE_P(Ch00, Softmax, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::softmax)),
                          tvlab::testing::ImplName());
 
 // ---------------------------------------------------------------------------------------- attention
@@ -156,7 +160,7 @@ AttentionConfig make_config(const AttentionCase& c, Rng& rng) {
   return cfg;
 }
 
-class AttentionCases : public ::testing::TestWithParam<std::tuple<Impl, AttentionCase>> {};
+class AttentionCases : public ::testing::TestWithParam<std::tuple<Backend, AttentionCase>> {};
 
 TEST_P(AttentionCases, matches_oracle) {
   const auto& [impl, c] = GetParam();
@@ -180,7 +184,7 @@ TEST_P(AttentionCases, matches_oracle) {
   std::ostringstream explore;
   explore << "tvlab 00_attention_basics --seed " << seed << " --heads " << c.heads << " --seq " << c.seq_q
         << " --head-dim " << c.head_dim << (c.mask == MaskKind::causal ? " --causal" : "") << " --backend "
-        << (impl.name.rfind("opt", 0) == 0 ? "opt" : impl.name);  // the CLI runs the headline opt version
+        << impl.name;
   EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), tol,
                       {std::string("scaled_dot_product_attention, ") + c.label + ", " + mask_name(c.mask),
                        {"h", "i", "d"}, seed, explore.str(),
@@ -208,12 +212,12 @@ const AttentionCase kAttentionCases[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Ch00, AttentionCases,
-                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sdpa)),
                                             ::testing::ValuesIn(kAttentionCases)),
                          tvlab::testing::ImplCaseName());
 
 TEST_P(Attention, first_causal_row_copies_the_first_value) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(11);
   const Tensor3 q = rng.normal_tensor(2, 6, 4), k = rng.normal_tensor(2, 6, 4), v = rng.normal_tensor(2, 6, 3);
@@ -227,7 +231,7 @@ TEST_P(Attention, first_causal_row_copies_the_first_value) {
 }
 
 TEST_P(Attention, permuting_keys_and_values_together_changes_nothing) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(12);
   const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 11, 8), v = rng.normal_tensor(2, 11, 8);
@@ -244,7 +248,7 @@ TEST_P(Attention, permuting_keys_and_values_together_changes_nothing) {
 }
 
 TEST_P(Attention, zero_queries_average_the_values) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(13);
   const Tensor3 q = xt::zeros<float>({1, 3, 4}), k = rng.normal_tensor(1, 5, 4), v = rng.normal_tensor(1, 5, 2);
@@ -259,7 +263,7 @@ TEST_P(Attention, zero_queries_average_the_values) {
 }
 
 TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor3 q = xt::ones<float>({2, 4, 8}), k = xt::ones<float>({2, 5, 8}), v = xt::ones<float>({2, 5, 6});
   const char* fn = "scaled_dot_product_attention";
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({3, 5, 8})), v, {}); }, {fn, "k", "heads"}));
@@ -299,13 +303,13 @@ TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "additive_mask"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
+INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sdpa)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------- multi-head attention
 
 TEST_P(MultiHead, matches_oracle) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const int heads : {1, 3, 4}) {
     const std::size_t head_dim = 4, d_model = 12, seq_q = 9, seq_k = 13;
@@ -328,7 +332,7 @@ TEST_P(MultiHead, matches_oracle) {
 }
 
 TEST_P(MultiHead, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor2 x = xt::ones<float>({3, 8});
   MhaWeights w{xt::ones<float>({8, 8}), xt::ones<float>({8, 8}), xt::ones<float>({8, 8}), xt::ones<float>({8, 8})};
   const char* fn = "multi_head_attention";
@@ -350,7 +354,7 @@ TEST_P(MultiHead, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.mha(Tensor2(xt::ones<float>({4, 8})), x, w, 2, cfg); }, {fn, "causal"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch00, MultiHead, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::mha)),
+INSTANTIATE_TEST_SUITE_P(Ch00, MultiHead, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::mha)),
                          tvlab::testing::ImplName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MultiHead);
 

@@ -8,7 +8,7 @@
 
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
-#include "impls.hpp"
+#include "backends.hpp"
 #include "oracle.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/normalization.hpp"
@@ -21,7 +21,7 @@ using tvlab::testing::matches;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
 using tvlab::testing::ImplName;
-using tvlab::testing::providing;
+using tvlab::testing::under_test;
 
 struct NormCase {
   const char* label;
@@ -83,13 +83,13 @@ tvlab::Tolerance norm_tolerance(const NormData& d, bool centred, double extra = 
   return {extra * rtol * (1.0 + norm_condition(d.x, centred)) * gmax + 1e-6, rtol};
 }
 
-std::string explore_command(const Impl& impl, const NormData& d, const NormCase& c) {
+std::string explore_command(const Backend& impl, const NormData& d, const NormCase& c) {
   return "tvlab 01_normalization --seed " + std::to_string(d.seed) + " --tokens " + std::to_string(c.rows) +
          " --d-model " + std::to_string(c.cols) + " --backend " + impl.name;
 }
 
-class LayerNormCases : public ::testing::TestWithParam<std::tuple<Impl, NormCase>> {};
-class RmsNormCases : public ::testing::TestWithParam<std::tuple<Impl, NormCase>> {};
+class LayerNormCases : public ::testing::TestWithParam<std::tuple<Backend, NormCase>> {};
+class RmsNormCases : public ::testing::TestWithParam<std::tuple<Backend, NormCase>> {};
 
 TEST_P(LayerNormCases, forward_matches_oracle) {
   const auto& [impl, c] = GetParam();
@@ -164,22 +164,22 @@ TEST_P(RmsNormCases, backward_matches_finite_differences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch01, LayerNormCases,
-                         ::testing::Combine(::testing::ValuesIn(providing(registry(), &Impl::layer_norm)),
+                         ::testing::Combine(::testing::ValuesIn(under_test(backends(), &Backend::layer_norm)),
                                             ::testing::ValuesIn(kNormCases)),
                          tvlab::testing::ImplCaseName());
 INSTANTIATE_TEST_SUITE_P(Ch01, RmsNormCases,
-                         ::testing::Combine(::testing::ValuesIn(providing(registry(), &Impl::rms_norm)),
+                         ::testing::Combine(::testing::ValuesIn(under_test(backends(), &Backend::rms_norm)),
                                             ::testing::ValuesIn(kNormCases)),
                          tvlab::testing::ImplCaseName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LayerNormCases);
 
 // -------------------------------------------------------------------------------------- properties
 
-class LayerNorm : public ::testing::TestWithParam<Impl> {};
-class RmsNorm : public ::testing::TestWithParam<Impl> {};
+class LayerNorm : public ::testing::TestWithParam<Backend> {};
+class RmsNorm : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(RmsNorm, rms_of_the_output_is_below_one_by_eps) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // With gamma = 1, RMS(y) = sqrt(ms / (ms + eps)) exactly — 1 only when ms >> eps.
   const Tensor2 x = {{1e-3f, -2e-3f, 3e-3f, 5e-4f}};
@@ -196,7 +196,7 @@ TEST_P(RmsNorm, rms_of_the_output_is_below_one_by_eps) {
 }
 
 TEST_P(LayerNorm, equals_rms_norm_on_zero_mean_rows) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(21);
   Tensor2 x = Tensor2::from_shape({3, 16});
@@ -209,7 +209,7 @@ TEST_P(LayerNorm, equals_rms_norm_on_zero_mean_rows) {
 }
 
 TEST_P(LayerNorm, ignores_a_shift_of_the_row) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = {{1, 2, 3, 4, 6}, {-1, 0, 5, 2, 2}};
   const Tensor1 gamma = xt::ones<float>({5}), beta = xt::zeros<float>({5});
@@ -222,7 +222,7 @@ TEST_P(LayerNorm, ignores_a_shift_of_the_row) {
 }
 
 TEST_P(RmsNorm, ignores_a_scale_of_the_row_when_eps_is_zero) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = {{1, 2, 3, 4, 6}, {-1, 0, 5, 2, 2}};
   const Tensor1 gamma = xt::ones<float>({5});
@@ -240,7 +240,7 @@ Tensor2 huge_rows() {
 }
 
 TEST_P(LayerNorm, handles_values_whose_squares_overflow_float) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = huge_rows();
   const Tensor1 gamma = xt::ones<float>({37}), beta = xt::zeros<float>({37});
@@ -252,7 +252,7 @@ TEST_P(LayerNorm, handles_values_whose_squares_overflow_float) {
 }
 
 TEST_P(RmsNorm, handles_values_whose_squares_overflow_float) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = huge_rows();
   const Tensor1 gamma = xt::ones<float>({37});
@@ -265,7 +265,7 @@ TEST_P(RmsNorm, handles_values_whose_squares_overflow_float) {
 // The backward on the same hostile rows, against the double-precision reference (itself checked
 // against finite differences on ordinary rows above).
 TEST_P(LayerNorm, backward_handles_values_whose_squares_overflow_float) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = huge_rows();
   Rng rng(24);
@@ -282,7 +282,7 @@ TEST_P(LayerNorm, backward_handles_values_whose_squares_overflow_float) {
 }
 
 TEST_P(RmsNorm, backward_handles_values_whose_squares_overflow_or_underflow_float) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(25);
   const Tensor2 dy = rng.normal_matrix(3, 37);
@@ -302,7 +302,7 @@ TEST_P(RmsNorm, backward_handles_values_whose_squares_overflow_or_underflow_floa
 }
 
 TEST_P(RmsNorm, forward_handles_subnormal_squares) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // |x| ~ 1e-23: x^2 ~ 1e-46 is below float's smallest normal (1.2e-38); with eps = 0 the
   // output is still O(1) and well defined.
@@ -314,7 +314,7 @@ TEST_P(RmsNorm, forward_handles_subnormal_squares) {
 }
 
 TEST_P(LayerNorm, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor2 x = xt::ones<float>({2, 4});
   const Tensor1 g4 = xt::ones<float>({4}), g3 = xt::ones<float>({3});
   EXPECT_TRUE(throws_error_naming([&] { impl.layer_norm(x, g3, g4, 1e-5); }, {"layer_norm", "gamma"}));
@@ -332,7 +332,7 @@ TEST_P(LayerNorm, rejects_bad_input_naming_the_parameter) {
 }
 
 TEST_P(RmsNorm, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor2 x = xt::ones<float>({2, 4});
   const Tensor1 g4 = xt::ones<float>({4}), g3 = xt::ones<float>({3});
   Tensor2 bad = x;
@@ -349,13 +349,13 @@ TEST_P(RmsNorm, rejects_bad_input_naming_the_parameter) {
                                   {"rms_norm_backward", "eps"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch01, LayerNorm, ::testing::ValuesIn(providing(registry(), &Impl::layer_norm)), ImplName());
-INSTANTIATE_TEST_SUITE_P(Ch01, RmsNorm, ::testing::ValuesIn(providing(registry(), &Impl::rms_norm)), ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch01, LayerNorm, ::testing::ValuesIn(under_test(backends(), &Backend::layer_norm)), ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch01, RmsNorm, ::testing::ValuesIn(under_test(backends(), &Backend::rms_norm)), ImplName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LayerNorm);
 
 // -------------------------------------------------------------------------------------- activations
 
-class Activations : public ::testing::TestWithParam<Impl> {};
+class Activations : public ::testing::TestWithParam<Backend> {};
 
 Tensor2 activation_inputs() {
   // A grid over [-20, 20] plus random values, as one [8, 133] matrix (133: not a SIMD multiple).
@@ -367,7 +367,7 @@ Tensor2 activation_inputs() {
 }
 
 TEST_P(Activations, match_their_formulas) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = activation_inputs();
   // Elementwise float functions: a few ulp relative; near the zeros of 1 + erf or 1 + tanh the
@@ -385,7 +385,7 @@ TEST_P(Activations, match_their_formulas) {
 }
 
 TEST_P(Activations, tanh_gelu_is_close_to_exact_gelu_but_not_equal) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = activation_inputs();
   const double gap = xt::amax(xt::abs(impl.gelu(x) - impl.gelu_tanh(x)))();
@@ -395,20 +395,20 @@ TEST_P(Activations, tanh_gelu_is_close_to_exact_gelu_but_not_equal) {
 }
 
 TEST_P(Activations, reject_nan) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   Tensor2 x = xt::zeros<float>({1, 3});
   x(0, 1) = std::numeric_limits<float>::quiet_NaN();
   for (const auto& [name, f] : {std::pair{"relu", impl.relu}, {"gelu", impl.gelu}, {"gelu_tanh", impl.gelu_tanh}, {"silu", impl.silu}})
     EXPECT_TRUE(throws_error_naming([&] { f(x); }, {name, "x"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch01, Activations, ::testing::ValuesIn(providing(registry(), &Impl::relu)), ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch01, Activations, ::testing::ValuesIn(under_test(backends(), &Backend::relu)), ImplName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Activations);
 
 // ---------------------------------------------------------------------------------------------- FFN
 
-class Ffn : public ::testing::TestWithParam<Impl> {};
-class TwoLayerFfn : public ::testing::TestWithParam<Impl> {};
+class Ffn : public ::testing::TestWithParam<Backend> {};
+class TwoLayerFfn : public ::testing::TestWithParam<Backend> {};
 
 struct FfnCase {
   std::size_t tokens, d_model, d_ff;
@@ -433,7 +433,7 @@ tvlab::Tolerance ffn_tolerance(const DTensor2& expected, const FfnCase& c) {
 }
 
 TEST_P(TwoLayerFfn, relu_and_gelu_ffn_match_oracle) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const FfnCase& c : kFfnCases) {
     const unsigned long long seed = 50 + c.d_ff;
@@ -452,7 +452,7 @@ TEST_P(TwoLayerFfn, relu_and_gelu_ffn_match_oracle) {
 }
 
 TEST_P(Ffn, swiglu_ffn_matches_oracle) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const FfnCase& c : kFfnCases) {
     const unsigned long long seed = 60 + c.d_ff;
@@ -471,7 +471,7 @@ TEST_P(Ffn, swiglu_ffn_matches_oracle) {
 }
 
 TEST_P(TwoLayerFfn, relu_ffn_without_bias_is_positively_homogeneous) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(70);
   const FfnWeights w = make_ffn(rng, {5, 8, 32, false});
@@ -483,7 +483,7 @@ TEST_P(TwoLayerFfn, relu_ffn_without_bias_is_positively_homogeneous) {
 }
 
 TEST_P(Ffn, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor2 x = xt::ones<float>({2, 4});
   const SwigluWeights sw{xt::ones<float>({4, 6}), xt::ones<float>({4, 5}), xt::ones<float>({6, 4})};
   EXPECT_TRUE(throws_error_naming([&] { impl.ffn_swiglu(x, sw); }, {"ffn_swiglu", "w2", "d_ff"}));
@@ -494,7 +494,7 @@ TEST_P(Ffn, rejects_bad_input_naming_the_parameter) {
 }
 
 TEST_P(TwoLayerFfn, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor2 x = xt::ones<float>({2, 4});
   const FfnWeights w{xt::ones<float>({4, 6}), xt::ones<float>({5}), xt::ones<float>({6, 4}), {}};
   EXPECT_TRUE(throws_error_naming([&] { impl.ffn_relu(x, w); }, {"ffn_relu", "b1"}));
@@ -502,8 +502,8 @@ TEST_P(TwoLayerFfn, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.ffn_gelu(x, w2); }, {"ffn_gelu", "w2"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch01, Ffn, ::testing::ValuesIn(providing(registry(), &Impl::ffn_swiglu)), ImplName());
-INSTANTIATE_TEST_SUITE_P(Ch01, TwoLayerFfn, ::testing::ValuesIn(providing(registry(), &Impl::ffn_relu)), ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch01, Ffn, ::testing::ValuesIn(under_test(backends(), &Backend::ffn_swiglu)), ImplName());
+INSTANTIATE_TEST_SUITE_P(Ch01, TwoLayerFfn, ::testing::ValuesIn(under_test(backends(), &Backend::ffn_relu)), ImplName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TwoLayerFfn);
 
 }  // namespace

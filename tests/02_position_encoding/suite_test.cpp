@@ -15,7 +15,7 @@
 
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
-#include "impls.hpp"
+#include "backends.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/alibi.hpp"
@@ -26,7 +26,7 @@ namespace {
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
-class Rope : public ::testing::TestWithParam<Impl> {};
+class Rope : public ::testing::TestWithParam<Backend> {};
 
 // Oracle: a pair (x_a, x_b) is the complex number x_a + i x_b; RoPE multiplies it by
 // e^{i m theta} (times the attention factor). Computed in double with std::polar.
@@ -55,7 +55,7 @@ RopeFrequencies freqs_for(int head_dim, double theta) {
 }
 
 TEST_P(Rope, matches_the_complex_rotation_oracle) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   struct Case {
     int heads, seq, head_dim;
@@ -83,7 +83,7 @@ TEST_P(Rope, matches_the_complex_rotation_oracle) {
 }
 
 TEST_P(Rope, the_two_layouts_are_one_rotation_up_to_a_permutation) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(5);
   const Tensor3 x = rng.normal_tensor(2, 9, 16);
@@ -106,7 +106,7 @@ TEST_P(Rope, the_two_layouts_are_one_rotation_up_to_a_permutation) {
 }
 
 TEST_P(Rope, scores_depend_only_on_the_relative_position) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // (R_m q) . (R_n k) = q . (R_{n-m} k): compare every (m, n) with the same n - m.
   Rng rng(6);
@@ -131,7 +131,7 @@ TEST_P(Rope, scores_depend_only_on_the_relative_position) {
 }
 
 TEST_P(Rope, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const RopeFrequencies f = freqs_for(8, 10000);
   EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(Tensor3(xt::ones<float>({1, 2, 7})), f, RopeLayout::half_split, 0); },
                                   {"apply_rope", "head_dim", "even"}));
@@ -164,12 +164,12 @@ TEST_P(Rope, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.apply_rope(huge, g, RopeLayout::half_split, 1); }, {"apply_rope", "x", "float"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::apply_rope)),
+INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::apply_rope)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------ frequencies
 
-class Frequencies : public ::testing::TestWithParam<Impl> {};
+class Frequencies : public ::testing::TestWithParam<Backend> {};
 
 RopeConfig config(int d, double theta, const std::string& type, double factor, long long original, long long max_pos) {
   RopeConfig c;
@@ -191,7 +191,7 @@ DTensor1 closed_form_frequencies(int d, double theta) {
 }
 
 TEST_P(Frequencies, default_is_base_to_the_minus_two_i_over_d) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   for (double theta : {10000.0, 500000.0}) {
     const auto f = impl.rope_frequencies(config(128, theta, "default", 1, 0, 4096), 0);
     ASSERT_EQ(f.inv_freq.size(), 64u);
@@ -202,7 +202,7 @@ TEST_P(Frequencies, default_is_base_to_the_minus_two_i_over_d) {
 }
 
 TEST_P(Frequencies, linear_divides_every_frequency_by_the_factor) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const DTensor1 base = closed_form_frequencies(128, 10000);
   for (double s : {4.0, 8.0, 16.0}) {
     const auto f = impl.rope_frequencies(config(128, 10000, "linear", s, 0, 4096), 0);
@@ -211,7 +211,7 @@ TEST_P(Frequencies, linear_divides_every_frequency_by_the_factor) {
 }
 
 TEST_P(Frequencies, dynamic_ntk_changes_nothing_until_the_original_length) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const DTensor1 base = closed_form_frequencies(128, 10000);
   const auto inside = impl.rope_frequencies(config(128, 10000, "dynamic", 4, 4096, 4096), 3000);
   for (std::size_t i = 0; i < 64; ++i) EXPECT_NEAR(inside.inv_freq(i), base(i), 1e-14 * base(i));
@@ -227,7 +227,7 @@ TEST_P(Frequencies, dynamic_ntk_changes_nothing_until_the_original_length) {
 // theta_i / s; between them a linear ramp over the pair index (Hugging Face's definition), from
 // the (floored) index where r = beta_fast to the (ceiled) index where r = beta_slow.
 TEST_P(Frequencies, yarn_keeps_fast_pairs_interpolates_slow_pairs_and_ramps_between) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   for (double theta : {10000.0, 500000.0})
     for (long long original : {4096LL, 8192LL})
       for (double s : {4.0, 8.0, 16.0}) {
@@ -253,7 +253,7 @@ TEST_P(Frequencies, yarn_keeps_fast_pairs_interpolates_slow_pairs_and_ramps_betw
 // The paper's definition, independent of Hugging Face's floor/ceil: a pair making more than
 // beta_fast = 32 turns in L keeps theta_i, one making fewer than beta_slow = 1 turn gets theta_i / s.
 TEST_P(Frequencies, yarn_regions_follow_the_turns_each_pair_makes_in_the_original_length) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   for (double theta : {10000.0, 500000.0})
     for (long long L : {4096LL, 8192LL}) {
       const double s = 8;
@@ -282,7 +282,7 @@ TEST_P(Frequencies, yarn_regions_follow_the_turns_each_pair_makes_in_the_origina
 TEST_P(Frequencies, dynamic_ntk_measures_length_in_max_position_embeddings) {
   // Hugging Face's dynamic NTK uses max_position_embeddings as L and ignores
   // original_max_position_embeddings (yarn uses the latter).
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const auto a = impl.rope_frequencies(config(64, 10000, "dynamic", 2, 0, 2048), 4096);
   const auto b = impl.rope_frequencies(config(64, 10000, "dynamic", 2, 1024, 2048), 4096);
   const double new_base = 10000 * std::pow(2.0 * 4096 / 2048 - 1, 64.0 / 62.0);
@@ -297,7 +297,7 @@ TEST_P(Frequencies, dynamic_ntk_measures_length_in_max_position_embeddings) {
 }
 
 TEST_P(Frequencies, yarn_measures_the_correction_range_in_the_original_length) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   // The same original length with a different extended length gives the same frequencies; a
   // different original length moves the ramp.
   const auto a = impl.rope_frequencies(config(128, 10000, "yarn", 4, 4096, 16384), 0);
@@ -312,7 +312,7 @@ TEST_P(Frequencies, yarn_measures_the_correction_range_in_the_original_length) {
 }
 
 TEST_P(Frequencies, yarn_attention_factor_variants) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   RopeConfig c = config(128, 10000, "yarn", 40, 4096, 163840);
   c.rope_scaling.mscale = 1.0;
   c.rope_scaling.mscale_all_dim = 1.0;  // DeepSeek-V3: the ratio is 1, cos/sin unscaled
@@ -327,7 +327,7 @@ TEST_P(Frequencies, yarn_attention_factor_variants) {
 }
 
 TEST_P(Frequencies, rejects_bad_configurations_naming_the_field) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(7, 10000, "default", 1, 0, 8), 0); }, {"head_dim", "even"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 1, "default", 1, 0, 8), 0); }, {"rope_theta"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(config(8, 10000, "ntk", 2, 0, 8), 0); }, {"rope_type", "ntk"}));
@@ -354,15 +354,15 @@ TEST_P(Frequencies, rejects_bad_configurations_naming_the_field) {
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_frequencies(c, 0); }, {"rope_scaling.mscale_all_dim"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch02, Frequencies, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::rope_frequencies)),
+INSTANTIATE_TEST_SUITE_P(Ch02, Frequencies, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::rope_frequencies)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------------------ ALiBi
 
-class Alibi : public ::testing::TestWithParam<Impl> {};
+class Alibi : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(Alibi, bias_is_minus_slope_times_distance) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   for (const auto mode : {ref::AlibiMode::causal, ref::AlibiMode::symmetric})
     for (const auto& [heads, nq, nk] : {std::tuple{8, 5, 5}, std::tuple{12, 3, 40}, std::tuple{3, 17, 17}}) {
       const Tensor3 b = impl.alibi_bias(heads, nq, nk, mode);
@@ -400,19 +400,19 @@ TEST_P(Alibi, symmetric_bias_with_more_queries_than_keys) {
 }
 
 TEST_P(Alibi, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(0, 4, 4, ref::AlibiMode::causal); }, {"alibi_bias", "num_heads"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 0, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 5, 4, ref::AlibiMode::causal); }, {"alibi_bias", "seq_q", "seq_k"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.alibi_bias(4, 5, 0, ref::AlibiMode::symmetric); }, {"alibi_bias", "seq_k"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::alibi_bias)),
+INSTANTIATE_TEST_SUITE_P(Ch02, Alibi, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::alibi_bias)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------- attention with positions
 
-class PositionalAttention : public ::testing::TestWithParam<Impl> {};
+class PositionalAttention : public ::testing::TestWithParam<Backend> {};
 
 // Oracle in double, independent of tvlab::ref: rotate q and k with rope_oracle at the positions
 // AttentionRope defines (key j at p0 + j, query i at p0 + seq_k - seq_q + i), S = scale q k^T
@@ -465,7 +465,7 @@ OracleResult positional_attention_oracle(const Tensor3& q, const Tensor3& k, con
 }
 
 TEST_P(PositionalAttention, rope_and_alibi_inside_attention_match_the_oracle) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   struct Case {
     std::string label;
@@ -517,7 +517,7 @@ TEST_P(PositionalAttention, rope_and_alibi_inside_attention_match_the_oracle) {
 TEST_P(PositionalAttention, rope_attention_is_unchanged_by_a_common_shift_of_positions) {
   // RoPE makes scores depend on i - j only: moving every position by the same amount leaves the
   // attention output unchanged (up to rounding), whatever the absolute position.
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(23);
   const Tensor3 q = rng.normal_tensor(2, 6, 16), k = rng.normal_tensor(2, 10, 16), v = rng.normal_tensor(2, 10, 16);
@@ -539,7 +539,7 @@ TEST_P(PositionalAttention, rope_attention_is_unchanged_by_a_common_shift_of_pos
 }
 
 TEST_P(PositionalAttention, rejects_bad_positions_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor3 q = xt::ones<float>({2, 3, 8}), k = xt::ones<float>({2, 3, 8});
   RopeConfig rc;
   rc.head_dim = 8;
@@ -568,7 +568,7 @@ TEST_P(PositionalAttention, rejects_bad_positions_naming_the_parameter) {
 // The exercise program's registry has no attention: nothing to instantiate there.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PositionalAttention);
 INSTANTIATE_TEST_SUITE_P(Ch02, PositionalAttention,
-                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::attention)),
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::attention)),
                          tvlab::testing::ImplName());
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../00_attention_basics/oracle.hpp"
+#include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
 #include "tvlab/analysis/io_model.hpp"
 #include "tvlab/core/dtype.hpp"
@@ -81,7 +81,7 @@ TEST(Ch04IoModel, instrumented_runs_compute_attention_and_match_the_closed_form_
                                    {100, 8, 300}, {37, 32, 128}, {200, 16, 64 * 16}}) {
     Rng rng(n + d);
     const Tensor2 q = rng.normal_matrix(n, d), k = rng.normal_matrix(n, d), v = rng.normal_matrix(n, d);
-    const DTensor3 expected = ch00::sdpa_oracle(as_head(q), as_head(k), as_head(v), {});
+    const DTensor3 expected = testing::sdpa_oracle(as_head(q), as_head(k), as_head(v), {});
     const analysis::IoRun standard = analysis::standard_attention_io_run(q, k, v);
     const analysis::IoRun flash = analysis::flash_attention_io_run(q, k, v, sram);
     const std::string shape = "n " + std::to_string(n) + ", d " + std::to_string(d) + ", M " + std::to_string(sram);
@@ -176,7 +176,7 @@ double max_abs_error(const Tensor3& a, const DTensor3& b) {
 TEST(Ch04Fp8, per_tensor_fp8_stays_within_twice_the_naive_fp8_error) {
   Rng rng(21);
   const Tensor3 q = rng.normal_tensor(2, 96, 64), k = rng.normal_tensor(2, 96, 64), v = rng.normal_tensor(2, 96, 64);
-  const DTensor3 exact = ch00::sdpa_oracle(q, k, v, {});
+  const DTensor3 exact = testing::sdpa_oracle(q, k, v, {});
   FlashConfig cfg;
   cfg.block_q = cfg.block_k = 32;
   cfg.fp8 = Fp8Scaling::per_tensor;
@@ -199,7 +199,7 @@ TEST(Ch04Fp8, per_block_scaling_recovers_what_an_outlier_costs_per_tensor_scalin
   Tensor3 q = rng.normal_tensor(1, 64, 64);
   const Tensor3 k = rng.normal_tensor(1, 64, 64), v = rng.normal_tensor(1, 64, 64);
   for (std::size_t c = 0; c < 64; ++c) q(0, 5, c) *= 1e5f;
-  const DTensor3 exact = ch00::sdpa_oracle(q, k, v, {});
+  const DTensor3 exact = testing::sdpa_oracle(q, k, v, {});
   // RMS error over the rows outside the outlier's block (rows 16 .. 63).
   auto rms_outside = [&](const Tensor3& out) {
     double sum = 0;

@@ -11,10 +11,10 @@
 #include <tuple>
 #include <vector>
 
-#include "../00_attention_basics/oracle.hpp"
+#include "../common/attention_oracle.hpp"
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
-#include "impls.hpp"
+#include "backends.hpp"
 #include "tvlab/core/rng.hpp"
 
 namespace tvlab::ch04 {
@@ -27,10 +27,10 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ------------------------------------------------------------------------------ online softmax
 
-class OnlineSoftmax : public ::testing::TestWithParam<Impl> {};
+class OnlineSoftmax : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(OnlineSoftmax, equals_the_two_pass_softmax_for_every_block_size) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   Rng rng(3);
   Tensor2 x = rng.normal_matrix(5, 37, 0, 3);
   x(0, 11) = 40.0f;                            // an outlier: the running maximum jumps mid-row
@@ -38,7 +38,7 @@ TEST_P(OnlineSoftmax, equals_the_two_pass_softmax_for_every_block_size) {
   x(1, 36) = kNegInf;
   for (std::size_t j = 0; j < 37; ++j) x(2, j) = kNegInf;  // a fully masked row: zeros
   for (std::size_t j = 0; j < 37; ++j) x(3, j) = 1e4f - static_cast<float>(j);  // large, decreasing
-  const DTensor2 expected = ch00::softmax_oracle(x);
+  const DTensor2 expected = testing::softmax_oracle(x);
   // A float implementation forms e^{x - m} from a float argument: its rounding, eps |x - m|,
   // becomes a relative error of the weight; plus one rounding of the result and of 1/l. Hence
   // rtol = 2 eps (1 + max |x - m|) over the unmasked entries (46 here: rtol about 1.1e-5).
@@ -57,7 +57,7 @@ TEST_P(OnlineSoftmax, equals_the_two_pass_softmax_for_every_block_size) {
 }
 
 TEST_P(OnlineSoftmax, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   Tensor2 x = xt::zeros<float>({2, 4});
   EXPECT_TRUE(throws_error_naming([&] { impl.online_softmax(x, 0); }, {"online_softmax", "block"}));
   x(1, 2) = std::numeric_limits<float>::quiet_NaN();
@@ -69,10 +69,10 @@ TEST_P(OnlineSoftmax, rejects_bad_input_naming_the_parameter) {
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OnlineSoftmax);  // not an exercise
 INSTANTIATE_TEST_SUITE_P(Ch04, OnlineSoftmax,
-                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::online_softmax)),
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::online_softmax)),
                          tvlab::testing::ImplName());
 
-class SoftmaxMerge : public ::testing::TestWithParam<Impl> {};
+class SoftmaxMerge : public ::testing::TestWithParam<Backend> {};
 
 // m and l of a whole row in one pass, in double: the definition.
 ref::SoftmaxState direct_state(const std::vector<float>& x) {
@@ -84,7 +84,7 @@ ref::SoftmaxState direct_state(const std::vector<float>& x) {
 }
 
 TEST_P(SoftmaxMerge, merging_the_states_of_any_split_gives_the_state_of_the_whole) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   Rng rng(4);
   std::vector<float> x(50);
   for (auto& v : x) v = static_cast<float>(rng.normal() * 4);
@@ -110,15 +110,15 @@ TEST_P(SoftmaxMerge, merging_the_states_of_any_split_gives_the_state_of_the_whol
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch04, SoftmaxMerge,
-                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::softmax_merge)),
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::softmax_merge)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------ IO: tile sizes
 
-class BestTiles : public ::testing::TestWithParam<Impl> {};
+class BestTiles : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(BestTiles, the_chosen_tiles_fit_and_no_other_tiles_move_less) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   for (const auto& [n, d, sram] : {std::tuple<std::size_t, std::size_t, std::size_t>{64, 8, 1000}, {100, 16, 4096},
                                    {37, 4, 300}, {128, 32, 20000}}) {
     // Brute force over every (B_r, B_c) in [1, n]^2 that fits.
@@ -144,12 +144,12 @@ TEST_P(BestTiles, the_chosen_tiles_fit_and_no_other_tiles_move_less) {
   EXPECT_TRUE(throws_error_naming([&] { impl.best_tiles(64, 8, 10); }, {"best_flash_tiles", "sram_floats"}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch04, BestTiles, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::best_tiles)),
+INSTANTIATE_TEST_SUITE_P(Ch04, BestTiles, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::best_tiles)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------ flash forward
 
-class Flash : public ::testing::TestWithParam<Impl> {};
+class Flash : public ::testing::TestWithParam<Backend> {};
 
 struct FlashCase {
   std::string label;
@@ -191,7 +191,7 @@ DTensor2 lse_oracle(const Tensor3& q, const Tensor3& k, const FlashConfig& cfg) 
 }
 
 TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const FlashCase& c : kCases) {
     const std::uint64_t seed = 100 + c.seq_k;
@@ -209,8 +209,8 @@ TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
     // M = max_ij scale sum |q k| (the size of the terms of a score).
     const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
     const double vmax = xt::amax(xt::abs(v))();
-    const double magnitude = ch00::score_magnitude(q, k, same);
-    EXPECT_TRUE(matches(got.out, ch00::sdpa_oracle(q, k, v, same), {rtol * vmax * (2 * magnitude + 1), rtol},
+    const double magnitude = testing::score_magnitude(q, k, same);
+    EXPECT_TRUE(matches(got.out, testing::sdpa_oracle(q, k, v, same), {rtol * vmax * (2 * magnitude + 1), rtol},
                         {"flash_attention_forward, " + c.label, {"h", "i", "d"}, seed, "",
                          "rescale both l and the output accumulator by e^{m - m'} when the row maximum grows"}));
     // L_i = m_i + ln l_i: an error delta in the scores moves it by at most delta.
@@ -220,7 +220,7 @@ TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
 }
 
 TEST_P(Flash, tile_sizes_change_the_order_of_the_arithmetic_not_the_result) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(8);
   const Tensor3 q = rng.normal_tensor(2, 70, 32), k = rng.normal_tensor(2, 70, 32), v = rng.normal_tensor(2, 70, 32);
@@ -241,9 +241,9 @@ TEST_P(Flash, tile_sizes_change_the_order_of_the_arithmetic_not_the_result) {
 }
 
 TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
-  if (impl.name == "cuda_rowwise") GTEST_SKIP() << "one thread per query row: no tiles to count";
+  if (!impl.limits.tiles_keys) GTEST_SKIP() << impl.name << " does not loop over key tiles: no tiles to count";
   Rng rng(9);
   const Tensor3 x = rng.normal_tensor(1, 256, 16);
   FlashConfig cfg;
@@ -271,7 +271,7 @@ TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
 }
 
 TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor3 x = xt::ones<float>({1, 4, 8});
   FlashConfig cfg;
   cfg.block_q = 0;
@@ -289,14 +289,15 @@ TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
   Tensor3 bad = x;
   bad(0, 2, 5) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(bad, x, x, {}); }, {"q"}));
-  if (impl.name == "cuda") {  // one thread per query row: a block holds at most 1024 of them
-    const Tensor3 long_x = xt::ones<float>({1, 1100, 8});
+  if (const std::size_t limit = impl.limits.max_tile_rows) {  // one thread per row of a tile
+    const Tensor3 long_x = xt::ones<float>({std::size_t{1}, limit + 76, std::size_t{8}});
     cfg = {};
-    cfg.block_q = 2048;
-    EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(long_x, long_x, long_x, cfg); }, {"block_q", "1024"}));
+    cfg.block_q = 2 * limit;
+    EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(long_x, long_x, long_x, cfg); },
+                                    {"block_q", std::to_string(limit)}));
   }
-  // FP8 emulation is the reference's alone; the others say so.
-  if (impl.name != "ref") {
+  // FP8 and 16-bit inputs are emulated by the reference alone; the others say so.
+  if (!impl.caps.low_precision_inputs) {
     cfg = {};
     cfg.fp8 = Fp8Scaling::per_block;
     EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"cfg.fp8"}));
@@ -306,12 +307,12 @@ TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch04, Flash, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::flash_forward)),
+INSTANTIATE_TEST_SUITE_P(Ch04, Flash, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::flash_forward)),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------ flash backward
 
-class FlashBackward : public ::testing::TestWithParam<Impl> {};
+class FlashBackward : public ::testing::TestWithParam<Backend> {};
 
 // Gradients of L = sum dO o O through the full matrices, in double, independent of any tiling:
 // P = softmax(S), dV = P^T dO, dP = dO V^T, dS = P o (dP - rowsum(dP o P)), dQ = scale dS K,
@@ -356,7 +357,7 @@ DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v
 }
 
 TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrices) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const FlashCase& c : kCases) {
     if (c.head_dim > 64) continue;  // keeps the double oracle (O(n_q n_k d) per head) quick
@@ -369,7 +370,7 @@ TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrice
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
     // The forward pass of the reference supplies out and lse (the backward's inputs).
-    const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
+    const FlashOutput fwd = reference_backend(backends()).flash_forward(q, k, v, cfg);
     const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
     const DoubleGrads want = gradient_oracle(q, k, v, dout, c.causal);
     // Each gradient is a sum over up to seq_k (or seq_q) terms of products of O(1) values whose
@@ -392,7 +393,7 @@ TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrice
 TEST_P(FlashBackward, agrees_with_finite_differences_of_the_forward_pass) {
   // L(q, k, v) = sum dO o O, O from chapter 00's double oracle; central differences in double on
   // a few entries of q, k and v, stepping by an exactly representable h.
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(77);
   const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 12, 8), v = rng.normal_tensor(2, 12, 8);
@@ -403,10 +404,10 @@ TEST_P(FlashBackward, agrees_with_finite_differences_of_the_forward_pass) {
   cfg.block_k = 5;
   AttentionConfig same;
   same.causal = true;
-  const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
+  const FlashOutput fwd = reference_backend(backends()).flash_forward(q, k, v, cfg);
   const FlashGrads g = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
   auto loss = [&](const Tensor3& qq, const Tensor3& kk, const Tensor3& vv) {
-    const DTensor3 o = ch00::sdpa_oracle(qq, kk, vv, same);
+    const DTensor3 o = testing::sdpa_oracle(qq, kk, vv, same);
     double sum = 0;
     for (std::size_t i = 0; i < o.size(); ++i) sum += o.data()[i] * dout.data()[i];
     return sum;
@@ -431,7 +432,7 @@ TEST_P(FlashBackward, agrees_with_finite_differences_of_the_forward_pass) {
 }
 
 TEST_P(FlashBackward, rejects_bad_input_naming_the_parameter) {
-  const Impl& impl = GetParam();
+  const Backend& impl = GetParam();
   const Tensor3 x = xt::ones<float>({1, 4, 8});
   const Tensor2 lse = xt::zeros<float>({1, 4});
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, lse, Tensor3(xt::ones<float>({1, 3, 8})), {}); },
@@ -449,23 +450,23 @@ TEST_P(FlashBackward, rejects_bad_input_naming_the_parameter) {
   FlashConfig fp8;
   fp8.fp8 = Fp8Scaling::per_tensor;
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(x, x, x, x, lse, x, fp8); }, {"fp8"}));
-  if (impl.name == "cuda") {  // one thread per row in both passes: at most 1024 rows per block
-    const Tensor3 long_x = xt::ones<float>({1, 1100, 8});
-    const Tensor2 long_lse = xt::zeros<float>({1, 1100});
+  if (const std::size_t limit = impl.limits.max_tile_rows) {  // one thread per row of a tile, in both passes
+    const Tensor3 long_x = xt::ones<float>({std::size_t{1}, limit + 76, std::size_t{8}});
+    const Tensor2 long_lse = xt::zeros<float>({std::size_t{1}, limit + 76});
     FlashConfig cfg;
-    cfg.block_k = 2048;
+    cfg.block_k = 2 * limit;
     EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(long_x, long_x, long_x, long_x, long_lse, long_x, cfg); },
-                                    {"block_k", "1024"}));
+                                    {"block_k", std::to_string(limit)}));
     cfg = {};
-    cfg.block_q = 2048;
+    cfg.block_q = 2 * limit;
     EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(long_x, long_x, long_x, long_x, long_lse, long_x, cfg); },
-                                    {"block_q", "1024"}));
+                                    {"block_q", std::to_string(limit)}));
   }
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FlashBackward);
 INSTANTIATE_TEST_SUITE_P(Ch04, FlashBackward,
-                         ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::flash_backward)),
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::flash_backward)),
                          tvlab::testing::ImplName());
 
 }  // namespace

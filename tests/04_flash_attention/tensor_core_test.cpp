@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../00_attention_basics/oracle.hpp"
+#include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/rng.hpp"
@@ -115,7 +115,7 @@ TEST(Ch04SixteenBitInputs, emulation_with_one_key_tile_equals_the_whole_row_orac
 
 TEST(Ch04SixteenBitInputs, emulation_keeps_flash_attentions_accuracy_rule_and_its_error_is_the_formats) {
   const Inputs in = random_inputs(32, 2, 256, 256, 64, 64);
-  const DTensor3 exact = ch00::sdpa_oracle(in.q, in.k, in.v, {});
+  const DTensor3 exact = testing::sdpa_oracle(in.q, in.k, in.v, {});
   double error_of[2] = {0, 0};
   for (std::size_t f = 0; f < 2; ++f) {
     FlashConfig cfg;
@@ -237,7 +237,7 @@ TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_computes_what_the_reference_e
       same.causal = c.causal;
       const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
       const double vmax = xt::amax(xt::abs(in.v))();
-      const double magnitude = ch00::score_magnitude(in.q, in.k, same);
+      const double magnitude = testing::score_magnitude(in.q, in.k, same);
       const double atol = vmax * (2 * f.unit_roundoff + static_cast<double>(c.seq_k) * 0x1p-24 + rtol * (2 * magnitude + 1));
       const std::string what = "cuda tensor-core flash, " + name_of(f) + ", " + c.label;
       EXPECT_TRUE(matches(got.out, xt::eval(xt::cast<double>(emulated.out)), {atol, rtol},
@@ -257,7 +257,7 @@ TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_keeps_flash_attentions_accura
     for (const bool causal : {false, true}) {
       AttentionConfig same;
       same.causal = causal;
-      const DTensor3 exact = ch00::sdpa_oracle(in.q, in.k, in.v, same);
+      const DTensor3 exact = testing::sdpa_oracle(in.q, in.k, in.v, same);
       FlashConfig cfg;
       cfg.inputs = f.inputs;
       cfg.causal = causal;

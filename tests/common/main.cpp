@@ -1,15 +1,14 @@
-// Test main: prints which CUDA device (if any) the gpu cases run on, then runs every test.
+// Test main of a chapter's test program: prints which CUDA device (if any) the gpu cases run
+// on, then runs every test over every backend of the chapter's registry.
 #include <gtest/gtest.h>
 
 #include <iostream>
 
+#include "registry.hpp"
 #include "testing.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
-std::string& tvlab::testing::program_path() {
-  static std::string path;
-  return path;
-}
+bool tvlab::testing::exercise_program() { return false; }
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

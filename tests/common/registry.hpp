@@ -1,24 +1,28 @@
 #pragma once
-// The implementation registry a chapter's value-parameterised suites run over.
-// Each chapter defines `struct Impl { std::string name; bool needs_device; std::function<...> f...; }`
-// and the two registries (all backends, or the student's) in separate translation units,
-// so one suite source builds both the chapter's test program and its exercise program.
+// The backends a chapter's value-parameterised suites run over: the entries of the chapter's
+// registry (chapters/NN_<topic>/backends.hpp). One suite source builds two programs: the
+// chapter's test program runs it over every entry (the student's being the worked solutions),
+// the exercise program over the student's entries alone (the stubs, until they are solved).
 
-#include <functional>
 #include <sstream>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "common/backend.hpp"
 
 namespace tvlab::testing {
 
-/// The entries of `all` that provide member `f` (the student registry provides only the
-/// exercised functions).
-template <class Impl, class Member>
-std::vector<Impl> providing(const std::vector<Impl>& all, Member Impl::*f) {
-  std::vector<Impl> out;
-  for (const auto& impl : all)
-    if (impl.*f) out.push_back(impl);
+/// True in an exercise program (tests/common/exercise_main.cpp), false in a chapter's test
+/// program (tests/common/main.cpp): decided at link time.
+bool exercise_program();
+
+/// The entries of `all` that provide member `f` and that this program tests.
+template <class Backend, class Member>
+std::vector<Backend> under_test(const std::vector<Backend>& all, Member Backend::*f) {
+  std::vector<Backend> out;
+  for (const auto& b : providing(all, f))
+    if (!exercise_program() || b.kind == BackendKind::student) out.push_back(b);
   return out;
 }
 
@@ -37,7 +41,7 @@ inline std::string identifier(const std::string& text) {
   return out;
 }
 
-/// gtest name of an (implementation, case) parameter: "opt_seq_129_head_dim_64_causal".
+/// gtest name of a (backend, case) parameter: "opt_seq_129_head_dim_64_causal".
 struct ImplCaseName {
   template <class Info>
   std::string operator()(const Info& info) const {
@@ -47,7 +51,7 @@ struct ImplCaseName {
   }
 };
 
-/// gtest parameter name: the implementation's name ("ref", "opt", "cuda", "student").
+/// gtest parameter name: the backend's name ("ref", "opt_v2", "cuda", "student").
 struct ImplName {
   template <class Info>
   std::string operator()(const Info& info) const {

@@ -10,7 +10,7 @@
 
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/error.hpp"
-#include "tvlab/cuda/runtime.hpp"
+#include "common/backend.hpp"
 
 namespace tvlab::testing {
 
@@ -74,9 +74,10 @@ template <class F>
 
 }  // namespace tvlab::testing
 
-/// In a test over an implementation registry: skip CUDA entries when no device can run them.
-#define TVLAB_SKIP_WITHOUT_DEVICE(impl)                                                                   \
-  do {                                                                                                    \
-    if ((impl).needs_device && !::tvlab::cuda::device_available())                                        \
-      GTEST_SKIP() << (impl).name << ": no CUDA device (" << ::tvlab::cuda::device_description() << ")";  \
+/// In a test over a backend registry: skip an entry this machine cannot run (a CUDA kernel
+/// without a device), saying why.
+#define TVLAB_SKIP_WITHOUT_DEVICE(backend)                                                \
+  do {                                                                                    \
+    if (const auto reason = ::tvlab::unavailable_reason((backend).caps))                  \
+      GTEST_SKIP() << (backend).name << ": " << *reason;                                  \
   } while (0)

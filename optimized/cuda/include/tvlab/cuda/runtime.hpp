@@ -2,7 +2,7 @@
 /// @file
 /// The CUDA runtime as the rest of tvlab sees it: is there a device, device memory, copies.
 /// This header has no xtensor and no CUDA headers, so `.cu` files and plain C++ both include it.
-/// Without nvcc the same functions come from `no_cuda.cpp`: `device_available()` is false and
+/// Without nvcc the same functions come from `cuda/no_cuda/runtime.cpp`: `device_available()` is false and
 /// everything else throws "built without CUDA".
 
 #include <cstddef>

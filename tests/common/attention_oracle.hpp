@@ -5,7 +5,7 @@
 #include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/tensor.hpp"
 
-namespace tvlab::ch00 {
+namespace tvlab::testing {
 
 DTensor2 softmax_oracle(const Tensor2& x);
 DTensor3 sdpa_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg);
@@ -14,4 +14,4 @@ double score_magnitude(const Tensor3& q, const Tensor3& k, const AttentionConfig
 DTensor2 mha_oracle(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,
                     const AttentionConfig& cfg);
 
-}  // namespace tvlab::ch00
+}  // namespace tvlab::testing

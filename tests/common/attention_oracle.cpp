@@ -1,9 +1,9 @@
-#include "oracle.hpp"
+#include "attention_oracle.hpp"
 
 #include <cmath>
 #include <limits>
 
-namespace tvlab::ch00 {
+namespace tvlab::testing {
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -119,4 +119,4 @@ DTensor2 mha_oracle(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w
   return y;
 }
 
-}  // namespace tvlab::ch00
+}  // namespace tvlab::testing

@@ -1,21 +1,25 @@
 #pragma once
-// Chapter 02's implementation registry: RoPE application, ALiBi bias, and attention with positions.
+/// @file
+/// Chapter 02's backend registry: every implementation of RoPE, ALiBi's bias, the inverse
+/// frequencies and attention with positions, with what each can run (see `chapters/common/backend.hpp`).
 
 #include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "../common/backend.hpp"
 #include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/rope_config.hpp"
-#include "tvlab/ref/alibi.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/alibi.hpp"
 
 namespace tvlab::ch02 {
 
-struct Impl {
+struct Backend {
   std::string name;
-  bool needs_device = false;
+  BackendKind kind = BackendKind::reference;
+  Capabilities caps;
   std::function<Tensor3(const Tensor3&, const RopeFrequencies&, RopeLayout, long long)> apply_rope;
   std::function<Tensor3(int, long long, long long, ref::AlibiMode)> alibi_bias;
   std::function<RopeFrequencies(const RopeConfig&, long long)> rope_frequencies;
@@ -23,8 +27,9 @@ struct Impl {
   std::function<Tensor3(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)> attention;
 };
 
-const std::vector<Impl>& registry();
+/// ref, opt, every numbered version of opt's attention, cuda, student.
+const std::vector<Backend>& backends();
 
-inline void PrintTo(const Impl& impl, std::ostream* out) { *out << impl.name; }
+inline void PrintTo(const Backend& b, std::ostream* out) { *out << b.name; }
 
 }  // namespace tvlab::ch02

@@ -1,11 +1,14 @@
 #pragma once
-// Chapter 01's implementation registry: every backend of the norms, activations and FFNs.
+/// @file
+/// Chapter 01's backend registry: every implementation of the norms (forward and backward), the
+/// activations and the FFNs, with what each can run (see `chapters/common/backend.hpp`).
 
 #include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "../common/backend.hpp"
 #include "tvlab/core/ffn_types.hpp"
 #include "tvlab/core/norm_types.hpp"
 #include "tvlab/core/tensor.hpp"
@@ -14,9 +17,10 @@ namespace tvlab::ch01 {
 
 using Unary = std::function<Tensor2(const Tensor2&)>;
 
-struct Impl {
+struct Backend {
   std::string name;
-  bool needs_device = false;
+  BackendKind kind = BackendKind::reference;
+  Capabilities caps;
   std::function<Tensor2(const Tensor2&, const Tensor1&, const Tensor1&, double)> layer_norm;
   std::function<LayerNormGrads(const Tensor2&, const Tensor1&, const Tensor2&, double)> layer_norm_backward;
   std::function<Tensor2(const Tensor2&, const Tensor1&, double)> rms_norm;
@@ -26,9 +30,9 @@ struct Impl {
   std::function<Tensor2(const Tensor2&, const SwigluWeights&)> ffn_swiglu;
 };
 
-const std::vector<Impl>& registry();
+/// ref, opt, cuda, student.
+const std::vector<Backend>& backends();
 
-/// gtest prints a parameter through PrintTo: the implementation's name, not its bytes.
-inline void PrintTo(const Impl& impl, std::ostream* out) { *out << impl.name; }
+inline void PrintTo(const Backend& b, std::ostream* out) { *out << b.name; }
 
 }  // namespace tvlab::ch01

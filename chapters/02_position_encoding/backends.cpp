@@ -1,0 +1,51 @@
+#include "backends.hpp"
+
+#include "tvlab/cuda/attention.hpp"
+#include "tvlab/cuda/rope.hpp"
+#include "tvlab/opt/alibi.hpp"
+#include "tvlab/opt/attention.hpp"
+#include "tvlab/opt/rope.hpp"
+#include "tvlab/ref/alibi.hpp"
+#include "tvlab/ref/attention.hpp"
+#include "tvlab/ref/rope.hpp"
+#include "tvlab/student/alibi.hpp"
+#include "tvlab/student/rope.hpp"
+
+namespace tvlab::ch02 {
+
+const std::vector<Backend>& backends() {
+  static const std::vector<Backend> all = [] {
+    std::vector<Backend> table = {
+        {.name = "ref",
+         .kind = BackendKind::reference,
+         .apply_rope = ref::apply_rope,
+         .alibi_bias = ref::alibi_bias,
+         .rope_frequencies = ref::rope_frequencies,
+         .attention = ref::scaled_dot_product_attention},
+        // opt and cuda use ref::rope_frequencies (configuration arithmetic on d/2 numbers).
+        {.name = "opt",
+         .kind = BackendKind::optimized,
+         .apply_rope = opt::apply_rope,
+         .alibi_bias = opt::alibi_bias,
+         .attention = opt::scaled_dot_product_attention},
+    };
+    // v1 rotates in a pass of its own, v2 inside its copies of q and k.
+    for (const auto& variant : opt::attention_variants())
+      table.push_back({.name = "opt_" + variant.name, .kind = BackendKind::optimized, .attention = variant.function});
+    table.push_back({.name = "cuda",
+                     .kind = BackendKind::cuda,
+                     .caps = {.needs_device = true},
+                     .apply_rope = cuda::apply_rope,
+                     .attention = cuda::scaled_dot_product_attention});
+    // Exercises 02.1 to 02.3: RoPE in both layouts, ALiBi's slopes and bias, the inverse frequencies.
+    table.push_back({.name = "student",
+                     .kind = BackendKind::student,
+                     .apply_rope = student::apply_rope,
+                     .alibi_bias = student::alibi_bias,
+                     .rope_frequencies = student::rope_frequencies});
+    return table;
+  }();
+  return all;
+}
+
+}  // namespace tvlab::ch02

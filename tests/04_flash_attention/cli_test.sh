@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# `tvlab flash` end to end: its own options, bad values of them, its figures and dumps.
+#   tests/04_flash_attention/cli_test.sh path/to/tvlab
+source "$(dirname "$0")/../common/cli_lib.sh"
+
+check "flash --step" 0 "" -- "$tvlab" flash --step --backend ref
+check "flash: block 0 names the option" 2 "--block-k" -- "$tvlab" flash --block-k 0
+check "flash: causal with a cuda backend skips it" 0 "" -- "$tvlab" flash --causal --seq 40 --backend all
+check "flash --inputs bf16 (ref emulates, opt skips)" 0 "" -- "$tvlab" flash --inputs bf16 --seq 40 --block-q 16 --block-k 16 --backend all
+check "flash --inputs fp16 with tiles the tensor-core kernel cannot take" 0 "" -- "$tvlab" flash --inputs fp16 --seq 40 --backend all
+check "flash: an unknown --inputs names the option" 2 "--inputs" -- "$tvlab" flash --inputs fp8
+check "flash json" 0 "" -- "$tvlab" flash --json --seq 33 --block-q 8 --block-k 5 --causal
+json_chapter_is 04_flash_attention
+check "flash dump" 0 "" -- "$tvlab" flash --backend opt --dump "$tmp/flash"
+is_npy "$tmp"/flash/{q,k,v,flash_attention_forward_opt,lse_opt}.npy
+check "flash --svg" 0 "" -- "$tvlab" flash --svg "$tmp/io.svg"
+
+is_svg "$tmp/io.svg"
+
+[ "$failures" -eq 0 ]
