@@ -7,6 +7,7 @@
 #   make bench     run every chapter's benchmarks
 #   make results   regenerate chapters/*/results.md
 #   make exercises build and run the exercise tests over exercises/*/student.cpp (they fail until solved)
+#   make check-template  a copy of chapters/_template builds and runs as a chapter
 #   make sanitize  the debug preset (AddressSanitizer + UBSan): builds the test programs only, runs them
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -16,7 +17,7 @@ BUILD := build/default
 TVLAB := $(BUILD)/chapters/tvlab
 CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))
 
-.PHONY: deps configure build tour test docs bench results check-results student-stubs exercises check-exercises sanitize clean
+.PHONY: deps configure build tour test docs bench results check-results student-stubs exercises check-exercises check-template sanitize clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -73,6 +74,11 @@ exercises: build
 check-exercises: build
 	python3 scripts/make_student.py --check
 	python3 scripts/check_exercises.py $(BUILD)
+
+# Copies chapters/_template (and its tests/ and exercises/ twins) to a new chapter, builds, and
+# checks that it is listed, toured and tested; then removes the copy.
+check-template: build
+	bash scripts/check_template.sh $(BUILD)
 
 sanitize: deps
 	cmake --preset debug

@@ -14,7 +14,7 @@
 #   exercises/NN_topic/solution.cpp   the worked exercises (collected in exercises/CMakeLists.txt)
 #
 # Every chapter source sees TVLAB_CHAPTER_NAME ("04_flash_attention"); ctest labels are chNN,
-# chNN-gpu (CUDA cases), exercise and exercise-NN.
+# chNN-gpu (CUDA cases) and exercise-NN (which `ctest -L exercise` matches).
 function(tvlab_add_chapter chapter)
   string(SUBSTRING "${chapter}" 0 2 number)
   set(label "ch${number}")
@@ -80,7 +80,7 @@ function(tvlab_add_chapter chapter)
       target_link_libraries(test_${chapter}_exercises PRIVATE tvlab_exercise_main tvlab_test_common
                             tvlab_${chapter}_backends tvlab_exercises_student tvlab_flags)
       gtest_discover_tests(test_${chapter}_exercises TEST_PREFIX "exercise." DISCOVERY_TIMEOUT 60 NO_PRETTY_VALUES
-                           PROPERTIES LABELS "exercise;exercise-${number}")
+                           PROPERTIES LABELS "exercise-${number}")  # `-L exercise` matches it too
       add_dependencies(tvlab_exercise_tests test_${chapter}_exercises)
     endif()
 

@@ -55,7 +55,7 @@ def generate(solution: pathlib.Path) -> str:
 def main() -> int:
     check = "--check" in sys.argv[1:]
     stale = []
-    for solution in sorted(ROOT.glob("exercises/[0-9][0-9]_*/solution.cpp")):
+    for solution in sorted(ROOT.glob("exercises/[0-9][0-9]_*/solution.cpp")) + [ROOT / "exercises/_template/solution.cpp"]:
         student = solution.with_name("student.cpp")
         text = generate(solution)
         if check:

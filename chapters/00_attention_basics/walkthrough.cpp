@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../common/svg.hpp"
+#include "../common/backend_run.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
@@ -277,7 +278,6 @@ int run(const Options& o, const GlobalOptions& g) {
   require(o.seq_k >= 0, "00_attention_basics", "--seq-k (", o.seq_k, ") must be >= 0 (0 means --seq)");
   const auto heads = static_cast<std::size_t>(o.heads), n_q = static_cast<std::size_t>(o.seq);
   const auto n_k = o.seq_k > 0 ? static_cast<std::size_t>(o.seq_k) : n_q, d = static_cast<std::size_t>(o.head_dim);
-  const auto backends = selected_backends(o.backend);
   Rng rng(g.seed);
   const Tensor3 q = rng.normal_tensor(heads, n_q, d), k = rng.normal_tensor(heads, n_k, d),
                 v = rng.normal_tensor(heads, n_k, d);
@@ -304,45 +304,21 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   // Agreement threshold: float vs double accumulation over K = max(n_k, d) terms, values ~N(0, 1).
   const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(n_k, d)));
-  if (!o.dump.empty()) {
-    for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) dump_npy(o.dump, name, *t);
-  }
-  nlohmann::json results = nlohmann::json::array();
-  bool ok = true;
-  if (!o.json && g.format != "json") {
-    std::cout << "\nscaled_dot_product_attention: heads " << heads << ", seq_q " << n_q << ", seq_k " << n_k
-              << ", head_dim " << d << (o.causal ? ", causal" : "") << ", seed " << g.seed << "\n";
-  }
-  for (const auto& b : backends) {
-    nlohmann::json entry = {{"backend", b}};
-    if (b == "cuda" && !cuda_usable()) {
-      entry["skipped"] = cuda::device_description();
-    } else {
-      const Tensor3 out = sdpa_on(b, q, k, v, cfg);
-      const double err = max_abs_difference(out, reference);
-      entry["max_abs_error_vs_ref"] = err;
-      ok = ok && err <= threshold;
-      if (!o.dump.empty()) dump_npy(o.dump, "scaled_dot_product_attention_" + b, out);
-    }
-    results.push_back(entry);
-  }
-  if (o.json || g.format == "json") {
-    nlohmann::json doc = {{"chapter", "00_attention_basics"}, {"seed", g.seed},      {"heads", heads},
-                          {"seq_q", n_q},                     {"seq_k", n_k},        {"head_dim", d},
-                          {"causal", o.causal},              {"results", results}};
-    std::cout << doc.dump(2) << "\n";
-  } else {
-    for (const auto& r : results) {
-      std::cout << "  " << r["backend"].get<std::string>() << ": ";
-      if (r.contains("skipped")) {
-        std::cout << "skipped (" << r["skipped"].get<std::string>() << ")\n";
-      } else {
-        std::cout << "max |out - ref| = " << sci(r["max_abs_error_vs_ref"].get<double>(), 2) << "\n";
-      }
-    }
-    if (!o.dump.empty()) std::cout << "wrote q.npy, k.npy, v.npy and the outputs to " << o.dump << "/\n";
-  }
-  return ok ? 0 : 1;
+  Dump dump(o.dump);
+  for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) dump.write(name, *t);
+  RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                   "scaled_dot_product_attention: heads " + std::to_string(heads) + ", seq_q " + std::to_string(n_q) +
+                       ", seq_k " + std::to_string(n_k) + ", head_dim " + std::to_string(d) +
+                       (o.causal ? ", causal" : "") + ", seed " + std::to_string(g.seed),
+                   {{"heads", heads}, {"seq_q", n_q}, {"seq_k", n_k}, {"head_dim", d}, {"causal", o.causal}},
+                   o.json || g.format == "json"};
+  const auto run_one = [&](const ch00::Backend& b) -> std::optional<Run> {
+    if (!b.sdpa) return std::nullopt;
+    Run run;
+    run.outputs.push_back({"scaled_dot_product_attention", b.sdpa(q, k, v, cfg), threshold});
+    return run;
+  };
+  return run_backends(ch00::backends(), o.backend, run_one, dump, report);
 }
 
 }  // namespace

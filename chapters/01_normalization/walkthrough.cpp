@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "../common/svg.hpp"
+#include "../common/backend_run.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
@@ -261,64 +262,38 @@ int run(const Options& o, const GlobalOptions& g) {
   const auto tokens = static_cast<std::size_t>(o.tokens), d = static_cast<std::size_t>(o.d_model);
   const std::size_t d_ff = o.d_ff > 0 ? static_cast<std::size_t>(o.d_ff)
                                       : static_cast<std::size_t>(analysis::llama_intermediate_size(o.d_model, 8));
-  const auto backends = selected_backends(o.backend);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(tokens, d);
   const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
   const SwigluWeights w = random_swiglu(rng, d, d_ff);
   // The reference first: it validates everything, so --step never prints an invalid case.
-  const Outputs reference = run_backend("ref", x, gamma, beta, w, o.eps);
+  run_backend("ref", x, gamma, beta, w, o.eps);
   if (o.step) step_through(x, gamma, beta, w, o.eps);
   // Agreement threshold: float vs double row reductions of length d (and d_ff in the FFN).
   const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(d, d_ff)));
-  if (!o.dump.empty()) {
-    dump_npy(o.dump, "x", x);
-    dump_npy(o.dump, "gamma", gamma);
-    dump_npy(o.dump, "beta", beta);
-    dump_npy(o.dump, "w1", w.w1);
-    dump_npy(o.dump, "w2", w.w2);
-    dump_npy(o.dump, "w3", w.w3);
-  }
-  nlohmann::json results = nlohmann::json::array();
-  bool ok = true;
-  for (const auto& b : backends) {
-    nlohmann::json entry = {{"backend", b}};
-    if (b == "cuda" && !cuda_usable()) {
-      entry["skipped"] = cuda::device_description();
-      results.push_back(entry);
-      continue;
-    }
-    const Outputs out = run_backend(b, x, gamma, beta, w, o.eps);
-    const std::pair<const char*, const Tensor2*> pairs[] = {{"layer_norm", &out.layer_norm}, {"rms_norm", &out.rms_norm},
-                                                             {"gelu", &out.gelu}, {"ffn_swiglu", &out.ffn_swiglu}};
-    const Tensor2* refs[] = {&reference.layer_norm, &reference.rms_norm, &reference.gelu, &reference.ffn_swiglu};
-    for (std::size_t i = 0; i < 4; ++i) {
-      const double err = max_abs_difference(*pairs[i].second, *refs[i]);
-      entry[pairs[i].first] = err;
-      ok = ok && err <= threshold;
-      if (!o.dump.empty()) dump_npy(o.dump, std::string(pairs[i].first) + "_" + b, *pairs[i].second);
-    }
-    results.push_back(entry);
-  }
-  if (o.json || g.format == "json") {
-    nlohmann::json doc = {{"chapter", fn}, {"seed", g.seed}, {"tokens", tokens}, {"d_model", d},
-                          {"d_ff", d_ff},  {"eps", o.eps},   {"max_abs_error_vs_ref", results}};
-    std::cout << doc.dump(2) << "\n";
-    return ok ? 0 : 1;
-  }
-  std::cout << "\nnorms, GELU and SwiGLU FFN: tokens " << tokens << ", d_model " << d << ", d_ff " << d_ff << ", seed "
-            << g.seed << " (max |out - ref|)\n";
-  for (const auto& r : results) {
-    std::cout << "  " << r["backend"].get<std::string>() << ":";
-    if (r.contains("skipped")) {
-      std::cout << " skipped (" << r["skipped"].get<std::string>() << ")\n";
-      continue;
-    }
-    for (const char* f : {"layer_norm", "rms_norm", "gelu", "ffn_swiglu"}) std::cout << "  " << f << " " << sci(r[f].get<double>(), 2);
-    std::cout << "\n";
-  }
-  if (!o.dump.empty()) std::cout << "wrote x.npy, gamma.npy, beta.npy, w1..w3.npy and the outputs to " << o.dump << "/\n";
-  return ok ? 0 : 1;
+  Dump dump(o.dump);
+  dump.write("x", x);
+  dump.write("gamma", gamma);
+  dump.write("beta", beta);
+  dump.write("w1", w.w1);
+  dump.write("w2", w.w2);
+  dump.write("w3", w.w3);
+  const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                         "norms, GELU and SwiGLU FFN: tokens " + std::to_string(tokens) + ", d_model " +
+                             std::to_string(d) + ", d_ff " + std::to_string(d_ff) + ", seed " + std::to_string(g.seed),
+                         {{"tokens", tokens}, {"d_model", d}, {"d_ff", d_ff}, {"eps", o.eps}},
+                         o.json || g.format == "json"};
+  // Each backend's outputs: the functions it provides, of the four this command shows.
+  const auto run_one = [&](const ch01::Backend& b) -> std::optional<Run> {
+    Run run;
+    if (b.layer_norm) run.outputs.push_back({"layer_norm", b.layer_norm(x, gamma, beta, o.eps), threshold});
+    if (b.rms_norm) run.outputs.push_back({"rms_norm", b.rms_norm(x, gamma, o.eps), threshold});
+    if (b.gelu) run.outputs.push_back({"gelu", b.gelu(x), threshold});
+    if (b.ffn_swiglu) run.outputs.push_back({"ffn_swiglu", b.ffn_swiglu(x, w), threshold});
+    if (run.outputs.empty()) return std::nullopt;
+    return run;
+  };
+  return run_backends(ch01::backends(), o.backend, run_one, dump, report);
 }
 
 }  // namespace

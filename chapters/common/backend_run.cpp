@@ -1,0 +1,154 @@
+#include "backend_run.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/xt_npy.hpp"
+#include "walkthrough.hpp"
+
+namespace tvlab::cli {
+
+void Dump::write(const std::string& name, const std::variant<Tensor1, Tensor2, Tensor3>& tensor) {
+  if (!enabled()) return;
+  std::filesystem::create_directories(dir_);
+  const std::string path = (std::filesystem::path(dir_) / (name + ".npy")).string();
+  std::visit([&path](const auto& t) { xt::dump_npy(path, t); }, tensor);
+  files_.push_back(path);
+}
+
+namespace {
+
+// max |a - b| over every element; NaN when the shapes differ or an element is NaN, so that
+// the comparison `error <= tolerance` fails.
+double max_abs_error(const std::variant<Tensor1, Tensor2, Tensor3>& a, const std::variant<Tensor1, Tensor2, Tensor3>& b) {
+  if (a.index() != b.index()) return std::nan("");
+  return std::visit(
+      [&b](const auto& x) {
+        const auto& y = std::get<std::decay_t<decltype(x)>>(b);
+        if (x.shape() != y.shape()) return std::nan("");
+        double worst = 0.0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const double d = std::fabs(static_cast<double>(x.data()[i]) - static_cast<double>(y.data()[i]));
+          if (!(d <= worst)) worst = d;  // keeps a NaN
+        }
+        return worst;
+      },
+      a);
+}
+
+struct Result {
+  std::string name, kind, status, reason, note;
+  nlohmann::json outputs = nlohmann::json::array();
+  nlohmann::json details = nlohmann::json::object();
+};
+
+const Output* find_output(const Run& run, const std::string& name) {
+  for (const auto& o : run.outputs)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+}  // namespace
+
+int run_backends(const std::vector<RunnableBackend>& backends, const std::string& selection, Dump& dump,
+                 const RunReport& report) {
+  const RunnableBackend* reference = nullptr;
+  for (const auto& b : backends)
+    if (b.kind == BackendKind::reference) reference = &b;
+  if (!reference) throw_no_reference_backend();
+  std::vector<const RunnableBackend*> chosen;
+  for (const auto& b : backends)
+    if (selection == "all" || b.name == selection) chosen.push_back(&b);
+  if (chosen.empty()) {
+    std::string names;
+    for (const auto& b : backends) names += (names.empty() ? "" : ", ") + b.name;
+    throw_unknown_backend(selection, names);
+  }
+  const bool named = selection != "all";
+
+  // The reference first: it validates the inputs, and its outputs are the expected ones.
+  const Run expected = *reference->run();
+  std::vector<Result> results;
+  bool all_agree = true;
+  for (const RunnableBackend* b : chosen) {
+    Result r{b->name, to_string(b->kind), "", "", ""};
+    const auto refuse = [&](const std::string& status, const std::string& reason) {
+      if (named) fail("--backend", b->name, " cannot run: ", status == "not implemented" ? "not implemented: " : "", reason);
+      r.status = status;
+      r.reason = reason;
+      results.push_back(r);
+    };
+    if (const auto reason = unavailable_reason(b->caps)) {
+      refuse("skipped", *reason);
+      continue;
+    }
+    std::optional<Run> run;
+    try {
+      run = b == reference ? expected : b->run();
+    } catch (const NotImplemented& e) {
+      // e.what() is "not implemented: exercise NN.M: ...": the status says the first part.
+      const std::string what = e.what(), prefix = "not implemented: ";
+      refuse("not implemented", what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+      continue;
+    } catch (const Error& e) {
+      // The reference accepted these inputs: what is left is this backend's own limit.
+      refuse("skipped", e.what());
+      continue;
+    }
+    if (!run) {
+      if (named) fail("--backend", b->name, " provides none of the functions this command runs");
+      continue;  // `all`: a backend of other functions of the chapter
+    }
+    bool agrees = true;
+    for (const auto& out : run->outputs) {
+      const Output* want = find_output(expected, out.name);
+      require(want != nullptr, "run_backends", "the reference has no output named ", out.name);
+      const double error = max_abs_error(out.value, want->value);
+      agrees = agrees && error <= want->tolerance;
+      r.outputs.push_back({{"name", out.name}, {"max_abs_error_vs_ref", error}, {"tolerance", want->tolerance}});
+      dump.write(out.name + "_" + b->name, out.value);
+    }
+    r.status = agrees ? "agrees" : "disagrees";
+    r.details = run->details;
+    r.note = run->note;
+    all_agree = all_agree && agrees;
+    results.push_back(r);
+  }
+
+  if (report.json) {
+    nlohmann::json doc = {{"chapter", report.chapter}, {"seed", report.seed}, {"parameters", report.parameters},
+                          {"backends", nlohmann::json::array()}, {"files", dump.files()}};
+    for (const auto& r : results) {
+      nlohmann::json entry = {{"name", r.name}, {"kind", r.kind}, {"status", r.status}, {"outputs", r.outputs}};
+      if (!r.reason.empty()) entry["reason"] = r.reason;
+      if (!r.details.empty()) entry["details"] = r.details;
+      doc["backends"].push_back(entry);
+    }
+    std::cout << doc.dump(2) << "\n";
+    return all_agree ? 0 : 1;
+  }
+  std::cout << "\n" << report.title << " (max |out - ref|)\n";
+  for (const auto& r : results) {
+    std::cout << "  " << r.name << ":";
+    if (!r.reason.empty()) {
+      std::cout << " " << r.status << " (" << r.reason << ")\n";
+      continue;
+    }
+    for (const auto& o : r.outputs)
+      std::cout << (r.outputs.size() > 1 ? "  " + o["name"].get<std::string>() + " " : " ")
+                << sci(o["max_abs_error_vs_ref"].get<double>(), 2);
+    if (r.status == "disagrees") std::cout << "  DISAGREES";
+    if (!r.note.empty()) std::cout << "  (" << r.note << ")";
+    std::cout << "\n";
+  }
+  if (dump.enabled()) {
+    std::cout << "wrote";
+    for (const auto& f : dump.files()) std::cout << " " << f;
+    std::cout << "\n";
+  }
+  return all_agree ? 0 : 1;
+}
+
+}  // namespace tvlab::cli
