@@ -17,6 +17,8 @@ struct Impl {
   std::function<Tensor2(const Tensor2&)> softmax;
   std::function<Tensor3(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)> sdpa;
   std::function<Tensor2(const Tensor2&, const Tensor2&, const MhaWeights&, int, const AttentionConfig&)> mha;
+  /// The parts of `AttentionConfig::mask` sdpa and mha implement; the others must throw.
+  MaskSupport mask_support;
 };
 
 /// ref, opt, cuda in the chapter's test program; student in the exercise program.

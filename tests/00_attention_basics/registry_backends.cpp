@@ -13,12 +13,15 @@ namespace tvlab::ch00 {
 const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = [] {
     std::vector<Impl> all = {
-        {"ref", false, ref::softmax, ref::scaled_dot_product_attention, ref::multi_head_attention},
-        {"opt", false, opt::softmax, opt::scaled_dot_product_attention, opt::multi_head_attention},
+        {"ref", false, ref::softmax, ref::scaled_dot_product_attention, ref::multi_head_attention,
+         ref::kAttentionMaskSupport},
+        {"opt", false, opt::softmax, opt::scaled_dot_product_attention, opt::multi_head_attention,
+         opt::kAttentionMaskSupport},
     };
     for (const auto& variant : opt::attention_variants())
-      all.push_back({"opt_" + variant.name, false, nullptr, variant.function, nullptr});
-    all.push_back({"cuda", true, cuda::softmax, cuda::scaled_dot_product_attention, cuda::multi_head_attention});
+      all.push_back({"opt_" + variant.name, false, nullptr, variant.function, nullptr, opt::kAttentionMaskSupport});
+    all.push_back({"cuda", true, cuda::softmax, cuda::scaled_dot_product_attention, cuda::multi_head_attention,
+                   cuda::kAttentionMaskSupport});
     return all;
   }();
   return impls;

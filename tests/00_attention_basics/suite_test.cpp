@@ -141,17 +141,17 @@ std::string mask_name(MaskKind m) {
 
 AttentionConfig make_config(const AttentionCase& c, Rng& rng) {
   AttentionConfig cfg;
-  cfg.causal = c.mask == MaskKind::causal;
+  cfg.mask.causal = c.mask == MaskKind::causal;
   if (c.mask == MaskKind::boolean_with_empty_row) {
     Mask2 mask = Mask2::from_shape({c.seq_q, c.seq_k});
     for (auto& m : mask) m = rng.uniform() < 0.7;
     for (std::size_t j = 0; j < c.seq_k; ++j) mask(c.seq_q / 2, j) = false;  // nothing to attend to
-    cfg.mask = mask;
+    cfg.mask.allowed = mask;
   }
   if (c.mask == MaskKind::additive_with_neg_inf) {
     Tensor2 bias = rng.normal_matrix(c.seq_q, c.seq_k);
     for (std::size_t i = 0; i < c.seq_q; ++i) bias(i, (3 * i) % c.seq_k) = kNegInf;
-    cfg.additive_mask = bias;
+    cfg.mask.bias = bias;
   }
   return cfg;
 }
@@ -218,7 +218,7 @@ TEST_P(Attention, first_causal_row_copies_the_first_value) {
   Rng rng(11);
   const Tensor3 q = rng.normal_tensor(2, 6, 4), k = rng.normal_tensor(2, 6, 4), v = rng.normal_tensor(2, 6, 3);
   AttentionConfig cfg;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const Tensor3 out = impl.sdpa(q, k, v, cfg);
   // Query 0 sees only key 0: its weight is exp(0)/exp(0) = 1, so the output is v[h, 0, :].
   for (std::size_t h = 0; h < 2; ++h)
@@ -270,19 +270,19 @@ TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   bad_k(1, 2, 3) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, bad_k, v, {}); }, {fn, "k", "non-finite"}));
   AttentionConfig cfg;
-  cfg.mask = Mask2(xt::ones<bool>({4, 4}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask", "[4, 5]"}));
+  cfg.mask.allowed = Mask2(xt::ones<bool>({4, 4}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.allowed", "[4, 5]"}));
   cfg = {};
-  cfg.additive_mask = Tensor2(xt::zeros<float>({4, 5}));
-  (*cfg.additive_mask)(0, 0) = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "additive_mask"}));
+  cfg.mask.bias = Tensor2(xt::zeros<float>({4, 5}));
+  (*cfg.mask.bias)(0, 0) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.bias"}));
   cfg = {};
   cfg.scale = 0.0;
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
   cfg.scale = 1e39;  // beyond float
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
   cfg = {};
-  cfg.causal = true;
+  cfg.mask.causal = true;
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(k, q, q, cfg); }, {fn, "causal", "seq_q"}));
   // Finite, but q . k would overflow float: every backend computes scores in float.
   const Tensor3 huge = q * 1e19f;
@@ -294,9 +294,9 @@ TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, cfg); }, {fn, "q and k", "too large"}));
   // Finite scores plus a finite but huge bias overflow too.
   cfg = {};
-  cfg.additive_mask = Tensor2(xt::zeros<float>({4, 5}));
-  (*cfg.additive_mask)(2, 1) = std::numeric_limits<float>::max();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "additive_mask"}));
+  cfg.mask.bias = Tensor2(xt::zeros<float>({4, 5}));
+  (*cfg.mask.bias)(2, 1) = std::numeric_limits<float>::max();
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "mask.bias"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::providing(registry(), &Impl::sdpa)),
@@ -317,7 +317,7 @@ TEST_P(MultiHead, matches_oracle) {
                  rng.normal_matrix(d_model, inner, 0, w_std), rng.normal_matrix(inner, d_model, 0, w_std)};
     const Tensor2 xq = rng.normal_matrix(seq_q, d_model), xkv = rng.normal_matrix(seq_k, d_model);
     AttentionConfig cfg;
-    cfg.causal = heads == 3;
+    cfg.mask.causal = heads == 3;
     const Tensor2 y = impl.mha(xq, xkv, w, heads, cfg);
     // Four chained reductions of length <= 13 on O(1) values.
     const double rtol = 4 * reduction_rtol(seq_k);
@@ -343,10 +343,10 @@ TEST_P(MultiHead, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, bad, 2, {}); }, {fn, "w_v"}));
   // The config is checked before any projection, under this function's name.
   AttentionConfig cfg;
-  cfg.mask = Mask2(xt::ones<bool>({3, 2}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 2, cfg); }, {fn, "mask", "[3, 3]"}));
+  cfg.mask.allowed = Mask2(xt::ones<bool>({3, 2}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 2, cfg); }, {fn, "mask.allowed", "[3, 3]"}));
   cfg = {};
-  cfg.causal = true;
+  cfg.mask.causal = true;
   EXPECT_TRUE(throws_error_naming([&] { impl.mha(Tensor2(xt::ones<float>({4, 8})), x, w, 2, cfg); }, {fn, "causal"}));
 }
 

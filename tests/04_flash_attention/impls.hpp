@@ -25,6 +25,8 @@ struct Impl {
   std::function<FlashGrads(const Tensor3&, const Tensor3&, const Tensor3&, const Tensor3&, const Tensor2&, const Tensor3&,
                            const FlashConfig&)>
       flash_backward;
+  /// The parts of `FlashConfig::mask` flash_forward and flash_backward implement; the others must throw.
+  MaskSupport mask_support;
 };
 
 const std::vector<Impl>& registry();

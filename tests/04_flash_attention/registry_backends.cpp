@@ -13,16 +13,20 @@ const std::vector<Impl>& registry() {
   static const std::vector<Impl> impls = [] {
     std::vector<Impl> all = {
         {"ref", false, ref::online_softmax, ref::online_softmax_merge, analysis::best_flash_tiles,
-         ref::flash_attention_forward, ref::flash_attention_backward},
-        {"opt", false, opt::online_softmax, nullptr, nullptr, opt::flash_attention_forward, opt::flash_attention_backward},
+         ref::flash_attention_forward, ref::flash_attention_backward, ref::kFlashMaskSupport},
+        {"opt", false, opt::online_softmax, nullptr, nullptr, opt::flash_attention_forward, opt::flash_attention_backward,
+         opt::kFlashMaskSupport},
     };
+    const MaskSupport opt_mask = opt::kFlashMaskSupport, cuda_mask = cuda::kFlashMaskSupport;
     for (const auto& variant : opt::flash_variants())
-      all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr});
-    all.push_back({"opt_backward_v1", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v1});
-    all.push_back({"opt_backward_v2", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v2});
-    all.push_back({"opt_backward_v3", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v3});
-    all.push_back({"cuda", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward, cuda::flash_attention_backward});
-    all.push_back({"cuda_rowwise", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward_rowwise, nullptr});
+      all.push_back({"opt_" + variant.name, false, nullptr, nullptr, nullptr, variant.function, nullptr, opt_mask});
+    all.push_back({"opt_backward_v1", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v1, opt_mask});
+    all.push_back({"opt_backward_v2", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v2, opt_mask});
+    all.push_back({"opt_backward_v3", false, nullptr, nullptr, nullptr, nullptr, opt::flash_attention_backward_v3, opt_mask});
+    all.push_back({"cuda", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward, cuda::flash_attention_backward,
+                   cuda_mask});
+    all.push_back({"cuda_rowwise", true, nullptr, nullptr, nullptr, cuda::flash_attention_forward_rowwise, nullptr,
+                   cuda_mask});
     return all;
   }();
   return impls;

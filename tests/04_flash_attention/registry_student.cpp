@@ -13,6 +13,7 @@ const std::vector<Impl>& registry() {
     s.softmax_merge = student::online_softmax_merge;
     s.best_tiles = student::best_flash_tiles;
     s.flash_forward = student::flash_attention_forward;
+    s.mask_support = student::kFlashMaskSupport;
     return std::vector<Impl>{s};
   }();
   return impls;

@@ -168,25 +168,26 @@ const FlashCase kCases[] = {
     {"tiles of one row and one key", 1, 9, 9, 4, 4, true, 1, 1},
 };
 
-// ln sum_j e^{S_ij} in double, with the causal mask.
+// The same scores as a chapter 00 attention: the scale and the mask of cfg.
+AttentionConfig same_attention(const FlashConfig& cfg) { return {cfg.scale, cfg.mask}; }
+
+// ln sum_j e^{S_ij} in double, with the mask (chapter 00's oracle scores); -inf for a row that sees no key.
 DTensor2 lse_oracle(const Tensor3& q, const Tensor3& k, const FlashConfig& cfg) {
-  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2];
-  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1];
   DTensor2 lse = DTensor2::from_shape({heads, nq});
-  for (std::size_t h = 0; h < heads; ++h)
+  for (std::size_t h = 0; h < heads; ++h) {
+    const DTensor2 s = ch00::masked_scores_oracle(q, k, same_attention(cfg), h);
     for (std::size_t i = 0; i < nq; ++i) {
-      std::vector<double> s;
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (cfg.causal && j + nq > i + nk) continue;
-        double dot = 0;
-        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q(h, i, c)) * k(h, j, c);
-        s.push_back(scale * dot);
-      }
       double m = -std::numeric_limits<double>::infinity(), sum = 0;
-      for (double x : s) m = std::max(m, x);
-      for (double x : s) sum += std::exp(x - m);
+      for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s(i, j));
+      if (m == -std::numeric_limits<double>::infinity()) {
+        lse(h, i) = m;
+        continue;
+      }
+      for (std::size_t j = 0; j < nk; ++j) sum += std::exp(s(i, j) - m);
       lse(h, i) = m + std::log(sum);
     }
+  }
   return lse;
 }
 
@@ -199,11 +200,10 @@ TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
     const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
     const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim_v);
     FlashConfig cfg;
-    cfg.causal = c.causal;
+    cfg.mask.causal = c.causal;
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
-    AttentionConfig same;
-    same.causal = c.causal;
+    const AttentionConfig same = same_attention(cfg);
     const FlashOutput got = impl.flash_forward(q, k, v, cfg);
     // As in chapter 00: rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1), K = max(d, seq_k),
     // M = max_ij scale sum |q k| (the size of the terms of a score).
@@ -225,7 +225,7 @@ TEST_P(Flash, tile_sizes_change_the_order_of_the_arithmetic_not_the_result) {
   Rng rng(8);
   const Tensor3 q = rng.normal_tensor(2, 70, 32), k = rng.normal_tensor(2, 70, 32), v = rng.normal_tensor(2, 70, 32);
   FlashConfig whole;
-  whole.causal = true;
+  whole.mask.causal = true;
   whole.block_q = whole.block_k = 1000;  // one tile: the plain softmax
   const FlashOutput reference = impl.flash_forward(q, k, v, whole);
   for (const auto& [bq, bk] : {std::pair<std::size_t, std::size_t>{1, 1}, {7, 5}, {16, 64}, {64, 16}, {70, 70}}) {
@@ -248,19 +248,19 @@ TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
   const Tensor3 x = rng.normal_tensor(1, 256, 16);
   FlashConfig cfg;
   cfg.block_q = cfg.block_k = 64;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   // 4 x 4 tiles: query tile t sees key tiles 0 .. t, so 4 + 3 + 2 + 1 = 10 are computed, 6 skipped.
   const FlashOutput causal = impl.flash_forward(x, x, x, cfg);
   EXPECT_EQ(causal.tiles_computed, 10U);
   EXPECT_EQ(causal.tiles_skipped, 6U);
-  cfg.causal = false;
+  cfg.mask.causal = false;
   const FlashOutput full = impl.flash_forward(x, x, x, cfg);
   EXPECT_EQ(full.tiles_computed, 16U);
   EXPECT_EQ(full.tiles_skipped, 0U);
   // 100 queries over 300 keys (queries are the last 100 positions), tiles of 64: query tile 0
   // (rows 0..63) sees keys up to 263, i.e. key tiles 0..4 of 5; query tile 1 sees all 5.
   const Tensor3 q = rng.normal_tensor(1, 100, 16), k = rng.normal_tensor(1, 300, 16);
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const FlashOutput shifted = impl.flash_forward(q, k, k, cfg);
   EXPECT_EQ(shifted.tiles_computed, 10U);
   EXPECT_EQ(shifted.tiles_skipped, 0U);
@@ -283,7 +283,7 @@ TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(wide, wide, x, {}); }, {"head_dim", "256"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, wide, {}); }, {"head_dim_v", "256"}));
   cfg = {};
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const Tensor3 short_k = xt::ones<float>({1, 2, 8});
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, short_k, short_k, cfg); }, {"seq_q", "seq_k"}));
   Tensor3 bad = x;
@@ -320,26 +320,23 @@ struct DoubleGrads {
   DTensor3 dq, dk, dv;
 };
 
-DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& dout, bool causal) {
+DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& dout,
+                            const AttentionConfig& cfg) {
   const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2], dv = v.shape()[2];
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   DoubleGrads g{xt::zeros<double>({heads, nq, d}), xt::zeros<double>({heads, nk, d}), xt::zeros<double>({heads, nk, dv})};
-  for (std::size_t h = 0; h < heads; ++h)
+  for (std::size_t h = 0; h < heads; ++h) {
+    const DTensor2 s = ch00::masked_scores_oracle(q, k, cfg, h);  // -inf where the mask hides a key
     for (std::size_t i = 0; i < nq; ++i) {
       std::vector<double> p(nk, 0.0), dp(nk, 0.0);
       double m = -std::numeric_limits<double>::infinity();
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (causal && j + nq > i + nk) continue;
-        double dot = 0;
-        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q(h, i, c)) * k(h, j, c);
-        p[j] = scale * dot;
-        m = std::max(m, p[j]);
-      }
+      for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s(i, j));
+      if (m == -std::numeric_limits<double>::infinity()) continue;  // sees no key: no gradient
       double l = 0;
-      for (std::size_t j = 0; j < nk; ++j) l += (causal && j + nq > i + nk) ? 0.0 : std::exp(p[j] - m);
+      for (std::size_t j = 0; j < nk; ++j) l += std::exp(s(i, j) - m);
       double weighted = 0;  // rowsum(dP o P)
       for (std::size_t j = 0; j < nk; ++j) {
-        p[j] = (causal && j + nq > i + nk) ? 0.0 : std::exp(p[j] - m) / l;
+        p[j] = std::exp(s(i, j) - m) / l;
         for (std::size_t c = 0; c < dv; ++c) dp[j] += static_cast<double>(dout(h, i, c)) * v(h, j, c);
         weighted += dp[j] * p[j];
       }
@@ -352,6 +349,7 @@ DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v
         }
       }
     }
+  }
   return g;
 }
 
@@ -365,13 +363,13 @@ TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrice
     const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
     const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim_v), dout = rng.normal_tensor(c.heads, c.seq_q, c.head_dim_v);
     FlashConfig cfg;
-    cfg.causal = c.causal;
+    cfg.mask.causal = c.causal;
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
     // The forward pass of the reference supplies out and lse (the backward's inputs).
     const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
     const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
-    const DoubleGrads want = gradient_oracle(q, k, v, dout, c.causal);
+    const DoubleGrads want = gradient_oracle(q, k, v, dout, same_attention(cfg));
     // Each gradient is a sum over up to seq_k (or seq_q) terms of products of O(1) values whose
     // inputs (out, lse) carry float rounding: rtol = 10 eps sqrt(K), atol = rtol times the largest
     // magnitude of the gradient (cancellation in dS = P (dP - D) makes relative error meaningless
@@ -398,11 +396,10 @@ TEST_P(FlashBackward, agrees_with_finite_differences_of_the_forward_pass) {
   const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 12, 8), v = rng.normal_tensor(2, 12, 8);
   const Tensor3 dout = rng.normal_tensor(2, 9, 8);
   FlashConfig cfg;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   cfg.block_q = 4;
   cfg.block_k = 5;
-  AttentionConfig same;
-  same.causal = true;
+  const AttentionConfig same = same_attention(cfg);
   const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
   const FlashGrads g = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
   auto loss = [&](const Tensor3& qq, const Tensor3& kk, const Tensor3& vv) {
