@@ -2,11 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tvlab/core/error.hpp"
 
 namespace tvlab {
 namespace {
+
+// Beyond any sequence: the bound of a part that is absent ("no limit").
+constexpr long long kFar = std::numeric_limits<long long>::max() / 4;
+
+// a - w and a + w for a width w >= 0 (which may be as large as LLONG_MAX), saturated at -kFar and kFar.
+long long minus_width(long long a, long long w) { return w >= a + kFar ? -kFar : a - w; }
+long long plus_width(long long a, long long w) { return w >= kFar - a ? kFar : a + w; }
 
 // [lo, hi) clipped to [0, limit), as an IndexRange (begin == end when empty).
 IndexRange clipped(long long lo, long long hi, std::size_t limit) {
@@ -16,17 +24,31 @@ IndexRange clipped(long long lo, long long hi, std::size_t limit) {
   return {static_cast<std::size_t>(begin), static_cast<std::size_t>(end)};
 }
 
-// p - w without overflow, floored at `floor` (widths may be as large as LLONG_MAX).
-long long minus_width(long long p, long long w, long long floor) { return w >= p - floor ? floor : p - w; }
+// The keys the structural parts leave to the query at position p, before clipping to [0, n_k):
+// from p - w_l (window) to p + w_r + 1 (window), at most p + 1 (causal).
+long long first_key(const AttentionMask& m, long long p) { return m.window ? minus_width(p, m.window->left) : -kFar; }
+long long key_end(const AttentionMask& m, long long p) {
+  const long long end = m.window ? plus_width(p, m.window->right) + 1 : kFar;
+  return m.causal ? std::min(end, p + 1) : end;
+}
 
-// p + w + 1 without overflow, capped at `cap`.
-long long plus_width_past(long long p, long long w, long long cap) { return w >= cap - p - 1 ? cap : p + w + 1; }
+// The positions i' of the queries that key j is left to (the same inequalities solved for i'):
+// from j - w_r (window), at least j (causal), to j + w_l + 1 (window).
+long long first_position(const AttentionMask& m, long long j) {
+  const long long lo = m.window ? minus_width(j, m.window->right) : -kFar;
+  return m.causal ? std::max(lo, j) : lo;
+}
+long long position_end(const AttentionMask& m, long long j) { return m.window ? plus_width(j, m.window->left) + 1 : kFar; }
+
+// i' - i: 0 (top left) or n_k - n_q (bottom right).
+long long position_offset(const AttentionMask& m, std::size_t seq_q, std::size_t seq_k) {
+  return m.causal_align == CausalAlign::top_left ? 0 : static_cast<long long>(seq_k) - static_cast<long long>(seq_q);
+}
 
 }  // namespace
 
 long long AttentionMask::query_position(std::size_t i, std::size_t seq_q, std::size_t seq_k) const {
-  const auto row = static_cast<long long>(i);
-  return causal_align == CausalAlign::top_left ? row : row + static_cast<long long>(seq_k) - static_cast<long long>(seq_q);
+  return static_cast<long long>(i) + position_offset(*this, seq_q, seq_k);
 }
 
 bool AttentionMask::allows(std::size_t i, std::size_t j, std::size_t seq_q, std::size_t seq_k) const {
@@ -49,47 +71,33 @@ double AttentionMask::score_bias(std::size_t h, std::size_t i, std::size_t j, st
 }
 
 IndexRange AttentionMask::key_range(std::size_t i, std::size_t seq_q, std::size_t seq_k) const {
-  const long long p = query_position(i, seq_q, seq_k), n_k = static_cast<long long>(seq_k);
-  long long lo = 0, hi = n_k;  // [max(0, i' - w_l), min(n_k, i' + w_r + 1)), hi <= i' + 1 when causal
-  if (window) {
-    lo = minus_width(p, window->left, 0);
-    hi = plus_width_past(p, window->right, n_k);
-  }
-  if (causal) hi = std::min(hi, p + 1);
-  return clipped(lo, hi, seq_k);
+  const long long p = query_position(i, seq_q, seq_k);
+  return clipped(first_key(*this, p), key_end(*this, p), seq_k);
 }
 
 IndexRange AttentionMask::key_range_of_rows(std::size_t first, std::size_t last, std::size_t seq_q,
                                             std::size_t seq_k) const {
   if (last <= first) return {};
-  const IndexRange a = key_range(first, seq_q, seq_k), b = key_range(last - 1, seq_q, seq_k);
-  // An empty first row (possible only at the end of the keys) contributes nothing.
-  return a.empty() ? b : IndexRange{a.begin, std::max(a.end, b.end)};
+  // Before clipping, consecutive rows' ranges overlap or touch (their ends move by one), so the
+  // union is one range from the first row's start to the last row's end; clipping commutes with it.
+  return clipped(first_key(*this, query_position(first, seq_q, seq_k)),
+                 key_end(*this, query_position(last - 1, seq_q, seq_k)), seq_k);
 }
 
 IndexRange AttentionMask::query_range(std::size_t j, std::size_t seq_q, std::size_t seq_k) const {
   // Key j is in key_range(i) when i' - w_l <= j <= i' + w_r (and j <= i' when causal), that is
-  // j - w_r <= i' <= j + w_l with w_r replaced by min(w_r, 0) = 0 under causal; i = i' - offset.
-  const long long offset = causal_align == CausalAlign::top_left
-                               ? 0
-                               : static_cast<long long>(seq_k) - static_cast<long long>(seq_q);
-  const long long key = static_cast<long long>(j), n_q = static_cast<long long>(seq_q);
-  // Bounds of i' = i + offset: [key - w_r, key + w_l], the lower one at least key with causal.
-  long long lo = offset, hi = n_q + offset;  // i' over all rows: [offset, n_q + offset)
-  if (window) {
-    lo = std::max(lo, minus_width(key, window->right, offset));
-    hi = std::min(hi, plus_width_past(key, window->left, n_q + offset));
-  }
-  if (causal) lo = std::max(lo, key);
-  return clipped(lo - offset, hi - offset, seq_q);
+  // j - w_r <= i' <= j + w_l (and i' >= j); then i = i' - offset.
+  const long long offset = position_offset(*this, seq_q, seq_k), key = static_cast<long long>(j);
+  return clipped(first_position(*this, key) - offset, position_end(*this, key) - offset, seq_q);
 }
 
 IndexRange AttentionMask::query_range_of_keys(std::size_t first, std::size_t last, std::size_t seq_q,
                                               std::size_t seq_k) const {
   if (last <= first) return {};
-  const IndexRange a = query_range(first, seq_q, seq_k), b = query_range(last - 1, seq_q, seq_k);
-  // Keys no query sees (possible only at the end of the keys) contribute nothing.
-  return a.empty() ? b : IndexRange{a.begin, std::max(a.end, b.end)};
+  // As for key_range_of_rows: consecutive keys' ranges overlap or touch before clipping.
+  const long long offset = position_offset(*this, seq_q, seq_k);
+  return clipped(first_position(*this, static_cast<long long>(first)) - offset,
+                 position_end(*this, static_cast<long long>(last) - 1) - offset, seq_q);
 }
 
 void validate_attention_mask(const char* fn, std::size_t heads, std::size_t seq_q, std::size_t seq_k,

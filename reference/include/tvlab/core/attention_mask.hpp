@@ -93,13 +93,14 @@ struct AttentionMask {
   IndexRange key_range(std::size_t i, std::size_t seq_q, std::size_t seq_k) const;
 
   /// The union of `key_range(i)` over the query rows \f$ i \in [\text{first}, \text{last}) \f$ (a
-  /// query tile): from the first row's begin to the last row's end, since both ends are monotone
-  /// and consecutive ranges overlap or touch. A key tile outside it is hidden from the whole
-  /// query tile and may be skipped.
+  /// query tile): \f$ [\max(0, i'_\text{first} - w_l),\ \min(n_k, i'_{\text{last}-1} + w_r + 1)) \f$
+  /// (with the same causal bound), since the ranges of consecutive rows overlap or touch. A key
+  /// tile outside it is hidden from the whole query tile and may be skipped.
   IndexRange key_range_of_rows(std::size_t first, std::size_t last, std::size_t seq_q, std::size_t seq_k) const;
 
-  /// The queries whose `key_range` contains key \f$ j \f$ (contiguous, by the same
-  /// monotonicity): what a backward pass that loops over keys visits.
+  /// The queries whose `key_range` contains key \f$ j \f$: those with
+  /// \f$ j - w_r \le i' \le j + w_l \f$ (and \f$ i' \ge j \f$ with `causal`), a contiguous range;
+  /// what a backward pass that loops over keys visits.
   IndexRange query_range(std::size_t j, std::size_t seq_q, std::size_t seq_k) const;
 
   /// The union of `query_range(j)` over the keys \f$ j \in [\text{first}, \text{last}) \f$ (a key
