@@ -27,6 +27,17 @@ bool mask_allows_oracle(const AttentionMask& mask, std::size_t n_q, std::size_t 
   return causal_ok && window_ok && boolean_ok;
 }
 
+std::string first_unsupported_part(const AttentionMask& mask, const MaskSupport& supported) {
+  const bool positions = mask.causal || mask.window || mask.alibi_slopes;
+  if (mask.causal && !supported.causal) return "causal";
+  if (mask.window && !supported.window) return "window";
+  if (positions && mask.causal_align == CausalAlign::top_left && !supported.top_left) return "causal_align = top_left";
+  if (mask.allowed && !supported.allowed) return "allowed";
+  if (mask.bias && !supported.bias) return "bias";
+  if (mask.alibi_slopes && !supported.alibi) return "alibi_slopes";
+  return "";
+}
+
 DTensor2 masked_scores_oracle(const Tensor3& q, const Tensor3& k, const AttentionConfig& cfg, std::size_t h) {
   const std::size_t nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2];
   const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
