@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -270,6 +271,164 @@ TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
   EXPECT_EQ(finer.tiles_skipped, 1U);
 }
 
+// ------------------------------------------------------------- flash with the mask specification
+
+// A case of AttentionMask for flash attention: the structural parts, the explicit ones (drawn from
+// the seed), and tiles that do not divide the sequences.
+struct FlashMaskCase {
+  std::string label;
+  std::size_t heads, seq_q, seq_k, head_dim;
+  bool causal;
+  CausalAlign align;
+  std::optional<SlidingWindow> window;
+  std::size_t block_q, block_k;
+  bool boolean = false, bias = false, alibi = false;
+};
+
+const FlashMaskCase kMaskCases[] = {
+    {"causal window of 16 keys, seq 100, tiles 16 x 8", 2, 100, 100, 16, true, CausalAlign::bottom_right,
+     SlidingWindow{15, 0}, 16, 8},
+    {"two-sided window 5 + 9, 37 queries over 53 keys, tiles 8 x 16", 2, 37, 53, 16, false, CausalAlign::bottom_right,
+     SlidingWindow{5, 9}, 8, 16},
+    {"top-left causal, 40 queries over 70 keys, tiles 16 x 16", 2, 40, 70, 16, true, CausalAlign::top_left, std::nullopt,
+     16, 16},
+    {"top-left causal, 70 queries over 40 keys, tiles 16 x 16", 2, 70, 40, 16, true, CausalAlign::top_left, std::nullopt,
+     16, 16},
+    {"top-left window 3 + 2, 30 queries over 12 keys (the last rows see nothing), tiles 8 x 4", 1, 30, 12, 8, false,
+     CausalAlign::top_left, SlidingWindow{3, 2}, 8, 4},
+    {"boolean mask, causal, 33 x 33, tiles 8 x 8", 2, 33, 33, 16, true, CausalAlign::bottom_right, std::nullopt, 8, 8,
+     true},
+    {"ALiBi, 24 queries over 48 keys, tiles 8 x 16", 4, 24, 48, 16, false, CausalAlign::bottom_right, std::nullopt, 8, 16,
+     false, false, true},
+    {"bias with -inf, window 6 + 6, 29 x 31, tiles 4 x 8", 2, 29, 31, 16, false, CausalAlign::bottom_right,
+     SlidingWindow{6, 6}, 4, 8, false, true},
+};
+
+FlashConfig make_masked_config(const FlashMaskCase& c, Rng& rng) {
+  FlashConfig cfg;
+  cfg.block_q = c.block_q;
+  cfg.block_k = c.block_k;
+  cfg.mask.causal = c.causal;
+  cfg.mask.causal_align = c.align;
+  cfg.mask.window = c.window;
+  if (c.boolean) {
+    Mask2 allowed = Mask2::from_shape({c.seq_q, c.seq_k});
+    for (auto& a : allowed) a = rng.uniform() < 0.75;
+    for (std::size_t j = 0; j < c.seq_k; ++j) allowed(c.seq_q / 2, j) = false;  // a row that sees nothing
+    cfg.mask.allowed = allowed;
+  }
+  if (c.bias) {
+    Tensor2 bias = rng.normal_matrix(c.seq_q, c.seq_k);
+    for (std::size_t i = 0; i < c.seq_q; ++i) bias(i, (3 * i) % c.seq_k) = kNegInf;
+    cfg.mask.bias = bias;
+  }
+  if (c.alibi) {
+    DTensor1 slopes = DTensor1::from_shape({c.heads});
+    for (std::size_t h = 0; h < c.heads; ++h) slopes(h) = std::pow(2.0, -static_cast<double>(h + 1));
+    cfg.mask.alibi_slopes = slopes;
+  }
+  return cfg;
+}
+
+TEST_P(Flash, masks_match_the_oracle_or_are_refused_naming_the_part) {
+  const Impl& impl = GetParam();
+  for (const FlashMaskCase& c : kMaskCases) {
+    const std::uint64_t seed = 700 + c.seq_q * 3 + c.seq_k;
+    Rng rng(seed);
+    const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const FlashConfig cfg = make_masked_config(c, rng);
+    const std::string missing = ch00::first_unsupported_part(cfg.mask, impl.mask_support);
+    if (!missing.empty()) {  // refused before any device work: runs without a GPU too
+      EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(q, k, v, cfg); },
+                                      {"flash_attention_forward", "mask." + missing, "not supported"}))
+          << c.label;
+      continue;
+    }
+    if (impl.needs_device && !cuda::device_available()) continue;
+    const FlashOutput got = impl.flash_forward(q, k, v, cfg);
+    const AttentionConfig same = same_attention(cfg);
+    // As in forward_matches_the_attention_oracle_and_its_log_sum_exp, M including the bias terms.
+    const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
+    const double vmax = xt::amax(xt::abs(v))();
+    const double magnitude = ch00::score_magnitude(q, k, same);
+    EXPECT_TRUE(matches(got.out, ch00::sdpa_oracle(q, k, v, same), {rtol * vmax * (2 * magnitude + 1), rtol},
+                        {"flash_attention_forward, " + c.label, {"h", "i", "d"}, seed, "",
+                         "a key tile may be skipped only when the mask hides it from every row of the query tile"}));
+    EXPECT_TRUE(matches(got.lse, lse_oracle(q, k, cfg), {rtol * (magnitude + 1), 0.0},
+                        {"log-sum-exp, " + c.label, {"h", "i"}, seed, "", "a row that sees no key has L = -inf"}));
+  }
+}
+
+// Counts (query tile, key tile) pairs from the definition: a pair is needed when some query of
+// the tile may see some key of it under the causal rule and the window.
+std::pair<std::size_t, std::size_t> tiles_needed(const AttentionMask& mask, std::size_t seq_q, std::size_t seq_k,
+                                                 std::size_t bq, std::size_t bk) {
+  std::size_t needed = 0, total = 0;
+  for (std::size_t r0 = 0; r0 < seq_q; r0 += bq)
+    for (std::size_t c0 = 0; c0 < seq_k; c0 += bk) {
+      ++total;
+      bool any = false;
+      for (std::size_t i = r0; i < std::min(seq_q, r0 + bq) && !any; ++i)
+        for (std::size_t j = c0; j < std::min(seq_k, c0 + bk) && !any; ++j) any = ch00::mask_allows_oracle(mask, seq_q, seq_k, i, j);
+      needed += any ? 1 : 0;
+    }
+  return {needed, total - needed};
+}
+
+TEST_P(Flash, windows_and_top_left_causal_skip_the_key_tiles_they_hide) {
+  const Impl& impl = GetParam();
+  if (impl.name == "cuda_rowwise") GTEST_SKIP() << "one thread per query row: no tiles to count";
+  Rng rng(10);
+  struct TileCase {
+    std::string label;
+    std::size_t seq_q, seq_k, bq, bk;
+    bool causal;
+    CausalAlign align;
+    std::optional<SlidingWindow> window;
+    std::size_t computed, skipped;  // counted by hand in the comments
+  };
+  const TileCase cases[] = {
+      // Query tile t (rows 32t .. 32t + 31) sees keys 32t - 63 .. 32t + 31: key tiles t - 2, t - 1, t.
+      // Tiles 0 and 1 have 1 and 2 of them, tiles 2 .. 7 three each: 21 of 64 computed.
+      {"causal window of 64 keys, n 256, tiles 32", 256, 256, 32, 32, true, CausalAlign::bottom_right,
+       SlidingWindow{63, 0}, 21, 43},
+      // Query tile t (rows 64t .. 64t + 63) sees keys 64t - 16 .. 64t + 79: key tiles t - 1 .. t + 1,
+      // clipped: 2 + 3 + 3 + 2 = 10 of 16.
+      {"two-sided window 16 + 16, n 256, tiles 64", 256, 256, 64, 64, false, CausalAlign::bottom_right,
+       SlidingWindow{16, 16}, 10, 6},
+      // Top-left: query i sees keys 0 .. i. Tile 0 (rows 0 .. 63) needs key tile 0 of 5; tile 1
+      // (rows 64 .. 99) key tiles 0 and 1: 3 of 10 (bottom-right would compute all 10).
+      {"top-left causal, 100 queries over 300 keys, tiles 64", 100, 300, 64, 64, true, CausalAlign::top_left,
+       std::nullopt, 3, 7},
+      // Window 0 + 0, top-left: query i sees key i only, so rows 40 .. 99 see nothing. Query tile 0
+      // needs key tiles 0, 1 (of 16 keys); tile 1 (rows 32 .. 63) key tile 2; tiles 2 and 3 none: 3 of 12.
+      {"top-left diagonal window, 100 queries over 40 keys, tiles 32 x 16", 100, 40, 32, 16, false,
+       CausalAlign::top_left, SlidingWindow{0, 0}, 3, 9},
+  };
+  for (const TileCase& c : cases) {
+    const Tensor3 q = rng.normal_tensor(1, c.seq_q, 16), k = rng.normal_tensor(1, c.seq_k, 16);
+    FlashConfig cfg;
+    cfg.block_q = c.bq;
+    cfg.block_k = c.bk;
+    cfg.mask.causal = c.causal;
+    cfg.mask.causal_align = c.align;
+    cfg.mask.window = c.window;
+    const auto [needed, hidden] = tiles_needed(cfg.mask, c.seq_q, c.seq_k, c.bq, c.bk);
+    ASSERT_EQ(needed, c.computed) << c.label << ": the hand count disagrees with the definition";
+    ASSERT_EQ(hidden, c.skipped) << c.label;
+    const std::string missing = ch00::first_unsupported_part(cfg.mask, impl.mask_support);
+    if (!missing.empty()) {
+      EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(q, k, k, cfg); }, {"mask." + missing})) << c.label;
+      continue;
+    }
+    if (impl.needs_device && !cuda::device_available()) continue;
+    const FlashOutput r = impl.flash_forward(q, k, k, cfg);
+    EXPECT_EQ(r.tiles_computed, c.computed) << c.label;
+    EXPECT_EQ(r.tiles_skipped, c.skipped) << c.label;
+  }
+}
+
 TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
   const Impl& impl = GetParam();
   const Tensor3 x = xt::ones<float>({1, 4, 8});
@@ -457,6 +616,40 @@ TEST_P(FlashBackward, rejects_bad_input_naming_the_parameter) {
     cfg.block_q = 2048;
     EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(long_x, long_x, long_x, long_x, long_lse, long_x, cfg); },
                                     {"block_q", "1024"}));
+  }
+}
+
+TEST_P(FlashBackward, masks_match_the_gradient_oracle_or_are_refused_naming_the_part) {
+  const Impl& impl = GetParam();
+  for (const FlashMaskCase& c : kMaskCases) {
+    const std::uint64_t seed = 900 + c.seq_q * 3 + c.seq_k;
+    Rng rng(seed);
+    const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim), dout = rng.normal_tensor(c.heads, c.seq_q, c.head_dim);
+    const FlashConfig cfg = make_masked_config(c, rng);
+    // The reference's forward pass supplies out and lse (it implements every part).
+    const FlashOutput fwd = registry().front().flash_forward(q, k, v, cfg);
+    const std::string missing = ch00::first_unsupported_part(cfg.mask, impl.mask_support);
+    if (!missing.empty()) {
+      EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg); },
+                                      {"flash_attention_backward", "mask." + missing, "not supported"}))
+          << c.label;
+      continue;
+    }
+    if (impl.needs_device && !cuda::device_available()) continue;
+    const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
+    const DoubleGrads want = gradient_oracle(q, k, v, dout, same_attention(cfg));
+    // As in matches_the_gradient_of_attention_through_the_full_matrices.
+    const double rtol = tvlab::testing::reduction_rtol(std::max({c.head_dim, c.seq_k, c.seq_q}));
+    auto check = [&](const Tensor3& g, const DTensor3& w, const std::string& name) {
+      const double size = std::max(1.0, static_cast<double>(xt::amax(xt::abs(w))()));
+      EXPECT_TRUE(matches(g, w, {10 * rtol * size, rtol},
+                          {"flash_attention_backward " + name + ", " + c.label, {"h", "i", "d"}, seed, "",
+                           "a key tile is hidden from a query tile only when the mask hides all its pairs"}));
+    };
+    check(got.dq, want.dq, "dq");
+    check(got.dk, want.dk, "dk");
+    check(got.dv, want.dv, "dv");
   }
 }
 
