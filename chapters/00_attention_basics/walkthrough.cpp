@@ -122,7 +122,7 @@ std::vector<Agreement> agreements(bool include_cuda) {
     const Tensor3 q = rng.normal_tensor(e.heads, e.seq_q, e.head_dim), k = rng.normal_tensor(e.heads, e.seq_k, e.head_dim),
                   v = rng.normal_tensor(e.heads, e.seq_k, e.head_dim);
     AttentionConfig cfg;
-    cfg.causal = e.causal;
+    cfg.mask.causal = e.causal;
     const Tensor3 expected = ref::scaled_dot_product_attention(q, k, v, cfg);
     const Tensor2 logits = xt::view(q, 0, xt::all(), xt::all()) * 3.0f;
     const Tensor2 expected_softmax = ref::softmax(logits);
@@ -200,7 +200,7 @@ Steps step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const A
   const Tensor2 q0 = xt::view(q, 0, xt::all(), xt::all()), k0 = xt::view(k, 0, xt::all(), xt::all());
   const Tensor2 v0 = xt::view(v, 0, xt::all(), xt::all());
   out << "Scaled dot-product attention, head 0 of " << q.shape()[0] << " (n_q = " << n_q << ", n_k = " << n_k
-      << ", d_k = " << d << (cfg.causal ? ", causal" : "") << ")\n";
+      << ", d_k = " << d << (cfg.mask.causal ? ", causal" : "") << ")\n";
   print_step(out, 1, "the inputs Q and K of head 0");
   print_matrix(out, "Q", q0);
   print_matrix(out, "K", k0);
@@ -217,13 +217,13 @@ Steps step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const A
   s *= scale;
   print_matrix(out, "S / sqrt(d_k)", s);
 
-  print_step(out, 4, !cfg.causal ? std::string("no mask")
+  print_step(out, 4, !cfg.mask.causal ? std::string("no mask")
                                   : n_q == n_k ? std::string("causal mask: key j is hidden from query i when j > i")
                                                : "causal mask: key j is hidden from query i when j > i + " +
                                                      std::to_string(n_k - n_q) + " (n_k - n_q)");
   for (std::size_t i = 0; i < n_q; ++i)
     for (std::size_t j = 0; j < n_k; ++j)
-      if (!attention_allowed(cfg, n_q, n_k, i, j)) s(i, j) = -std::numeric_limits<double>::infinity();
+      if (!cfg.mask.allows(i, j, n_q, n_k)) s(i, j) = -std::numeric_limits<double>::infinity();
   print_matrix(out, "masked S", s);
 
   print_step(out, 5, "row maximum m_i = max_j S_ij (subtracted so no exponent is positive)");
@@ -282,7 +282,7 @@ int run(const Options& o, const GlobalOptions& g) {
   const Tensor3 q = rng.normal_tensor(heads, n_q, d), k = rng.normal_tensor(heads, n_k, d),
                 v = rng.normal_tensor(heads, n_k, d);
   AttentionConfig cfg;
-  cfg.causal = o.causal;
+  cfg.mask.causal = o.causal;
 
   // The reference first: it validates the inputs, so --step never prints an invalid case.
   const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);

@@ -23,8 +23,11 @@ struct Backend {
   std::function<Tensor3(const Tensor3&, const RopeFrequencies&, RopeLayout, long long)> apply_rope;
   std::function<Tensor3(int, long long, long long, ref::AlibiMode)> alibi_bias;
   std::function<RopeFrequencies(const RopeConfig&, long long)> rope_frequencies;
-  /// Chapter 00's attention, here with `cfg.rope` and `cfg.alibi_slopes` set.
+  /// Chapter 00's attention, here with `cfg.mask.alibi_slopes` set.
   std::function<Tensor3(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)> attention;
+  /// Attention on q and k rotated by RoPE (`rope_attention`).
+  std::function<Tensor3(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionRope&, const AttentionConfig&)>
+      rope_attention;
 };
 
 /// ref, opt, every numbered version of opt's attention, cuda, student.

@@ -16,9 +16,11 @@
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/rope.hpp"
+#include "tvlab/opt/rope_attention.hpp"
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/rope.hpp"
+#include "tvlab/ref/rope_attention.hpp"
 
 namespace {
 
@@ -99,7 +101,9 @@ enum class Positions { none, rope_fused, rope_separate, alibi };
 // Causal attention, 8 heads, d = 64: without positions, with RoPE inside (fused into v2's
 // copies of q and k, or v1's separate pass), with RoPE applied beforehand as a separate pass, and
 // with ALiBi.
-template <Tensor3 (*Attention)(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&)>
+template <Tensor3 (*Attention)(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&),
+          Tensor3 (*RopeAttention)(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionRope&,
+                                   const AttentionConfig&)>
 void BM_attention(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto positions = static_cast<Positions>(state.range(1));
@@ -107,19 +111,21 @@ void BM_attention(benchmark::State& state) {
   Rng rng(2);
   const Tensor3 q = rng.normal_tensor(heads, n, d), k = rng.normal_tensor(heads, n, d), v = rng.normal_tensor(heads, n, d);
   AttentionConfig cfg;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const RopeFrequencies f = llama_frequencies(64);
-  if (positions == Positions::rope_fused) cfg.rope = AttentionRope{f, RopeLayout::half_split, 0};
-  if (positions == Positions::alibi) cfg.alibi_slopes = ref::alibi_slopes(static_cast<int>(heads));
+  const AttentionRope rope{f, RopeLayout::half_split, 0};
+  if (positions == Positions::alibi) cfg.mask.alibi_slopes = ref::alibi_slopes(static_cast<int>(heads));
   auto run = [&] {
+    if (positions == Positions::rope_fused) return RopeAttention(q, k, v, rope, cfg);
     if (positions != Positions::rope_separate) return Attention(q, k, v, cfg);
     return Attention(opt::apply_rope(q, f, RopeLayout::half_split, 0), opt::apply_rope(k, f, RopeLayout::half_split, 0),
                      v, cfg);
   };
   if (n <= 512) {
-    AttentionConfig expected = cfg;
-    if (positions == Positions::rope_separate) expected.rope = AttentionRope{f, RopeLayout::half_split, 0};
-    if (!bench::validate(state, run(), ref::scaled_dot_product_attention(q, k, v, expected), 1e-3)) return;
+    const bool rotated = positions == Positions::rope_fused || positions == Positions::rope_separate;
+    const Tensor3 expected =
+        rotated ? ref::rope_attention(q, k, v, rope, cfg) : ref::scaled_dot_product_attention(q, k, v, cfg);
+    if (!bench::validate(state, run(), expected, 1e-3)) return;
   }
   for (auto _ : state) benchmark::DoNotOptimize(run());
   state.counters["GFLOP/s"] = bench::gflops(attention_flops(heads, n, d));
@@ -160,11 +166,11 @@ BENCHMARK(BM_stream_scale_inplace)->Name("stream_scale_inplace")->ArgNames({"hea
 BENCHMARK(BM_ref_apply_rope)->Name("ref_apply_rope")->Args({32, 4096})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_opt_apply_rope_inplace)->Name("opt_apply_rope_inplace")->ArgNames({"heads", "seq", "interleaved"})
     ->Args({32, 4096, 0})->Args({32, 4096, 1})->Args({32, 32768, 0})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_attention<ref::scaled_dot_product_attention>)->Name("ref_attention")->ArgNames({"n", "positions"})
+BENCHMARK(BM_attention<ref::scaled_dot_product_attention, ref::rope_attention>)->Name("ref_attention")->ArgNames({"n", "positions"})
     ->Args({256, 0})->Args({256, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_attention<opt::scaled_dot_product_attention_v1>)->Name("opt_v1_attention")->ArgNames({"n", "positions"})
+BENCHMARK(BM_attention<opt::scaled_dot_product_attention_v1, opt::rope_attention_v1>)->Name("opt_v1_attention")->ArgNames({"n", "positions"})
     ->Args({1024, 0})->Args({1024, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_attention<opt::scaled_dot_product_attention_v2>)->Name("opt_v2_attention")->ArgNames({"n", "positions"})
+BENCHMARK(BM_attention<opt::scaled_dot_product_attention_v2, opt::rope_attention_v2>)->Name("opt_v2_attention")->ArgNames({"n", "positions"})
     ->Args({1024, 0})->Args({1024, 1})->Args({1024, 2})->Args({1024, 3})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {

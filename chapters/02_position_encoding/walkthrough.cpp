@@ -16,14 +16,17 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/attention.hpp"
 #include "tvlab/cuda/rope.hpp"
+#include "tvlab/cuda/rope_attention.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/opt/alibi.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/rope.hpp"
+#include "tvlab/opt/rope_attention.hpp"
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/learned_positions.hpp"
 #include "tvlab/ref/rope.hpp"
+#include "tvlab/ref/rope_attention.hpp"
 #include "tvlab/ref/sinusoidal.hpp"
 
 namespace tvlab::cli {
@@ -73,24 +76,24 @@ struct Inputs {
 Outputs run_backend(const std::string& b, const Inputs& in) {
   const auto heads = static_cast<int>(in.q.shape()[0]);
   const auto seq = static_cast<long long>(in.q.shape()[1]);
-  AttentionConfig with_rope, with_alibi;
-  with_rope.causal = with_alibi.causal = true;
-  with_rope.rope = AttentionRope{in.freqs, in.layout, in.first_position};
-  with_alibi.alibi_slopes = ref::alibi_slopes(heads);
+  AttentionConfig causal, with_alibi;
+  causal.mask.causal = with_alibi.mask.causal = true;
+  const AttentionRope rope{in.freqs, in.layout, in.first_position};
+  with_alibi.mask.alibi_slopes = ref::alibi_slopes(heads);
   if (b == "ref")
     return {ref::apply_rope(in.q, in.freqs, in.layout, in.first_position),
             ref::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
-            ref::scaled_dot_product_attention(in.q, in.k, in.v, with_rope),
+            ref::rope_attention(in.q, in.k, in.v, rope, causal),
             ref::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
   if (b == "opt")
     return {opt::apply_rope(in.q, in.freqs, in.layout, in.first_position),
             opt::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
-            opt::scaled_dot_product_attention(in.q, in.k, in.v, with_rope),
+            opt::rope_attention(in.q, in.k, in.v, rope, causal),
             opt::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
   // CUDA has no ALiBi bias kernel of its own (the attention kernel adds the bias itself).
   return {cuda::apply_rope(in.q, in.freqs, in.layout, in.first_position),
           opt::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
-          cuda::scaled_dot_product_attention(in.q, in.k, in.v, with_rope),
+          cuda::rope_attention(in.q, in.k, in.v, rope, causal),
           cuda::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
 }
 

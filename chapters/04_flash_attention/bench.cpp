@@ -95,10 +95,10 @@ void BM_flash(benchmark::State& state, FlashOutput (*flash)(const Tensor3&, cons
   const bool causal = state.range(2) != 0;
   const Inputs in(n, d);
   FlashConfig cfg;
-  cfg.causal = causal;
+  cfg.mask.causal = causal;
   if (validate) {
     AttentionConfig same;
-    same.causal = causal;
+    same.mask.causal = causal;
     if (!bench::validate(state, flash(in.q, in.k, in.v, cfg).out, opt::scaled_dot_product_attention(in.q, in.k, in.v, same),
                          2e-4, 1e-3))
       return;
@@ -120,7 +120,7 @@ void BM_naive_sgemm(benchmark::State& state) {
   const bool causal = state.range(2) != 0;
   const Inputs in(n, d);
   AttentionConfig cfg;
-  cfg.causal = causal;
+  cfg.mask.causal = causal;
   report_extra_memory(state, [&] { return opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg); },
                       static_cast<double>(kHeads * n * d * sizeof(float)));
   for (auto _ : state) benchmark::DoNotOptimize(opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg));
@@ -135,12 +135,12 @@ void BM_backward(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
   const Inputs in(n, d);
   FlashConfig cfg;
-  cfg.causal = state.range(2) != 0;
+  cfg.mask.causal = state.range(2) != 0;
   const FlashOutput fwd = opt::flash_attention_forward(in.q, in.k, in.v, cfg);
   Rng rng(6);
   const Tensor3 dout = rng.normal_tensor(kHeads, n, d);
   for (auto _ : state) benchmark::DoNotOptimize(Backward(in.q, in.k, in.v, fwd.out, fwd.lse, dout, cfg));
-  state.counters["GFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, cfg.causal));
+  state.counters["GFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, cfg.mask.causal));
 }
 
 // CUDA (registered when a device is present): the tiled fp32 flash kernel and the tensor-core

@@ -33,7 +33,7 @@ struct Options : StandardOptions {
 
 FlashConfig flash_config(const Options& o) {
   FlashConfig cfg;
-  cfg.causal = o.causal;
+  cfg.mask.causal = o.causal;
   cfg.block_q = static_cast<std::size_t>(o.block_q);
   cfg.block_k = static_cast<std::size_t>(o.block_k);
   cfg.inputs = o.inputs == "fp16" ? FlashInputs::fp16 : o.inputs == "bf16" ? FlashInputs::bf16 : FlashInputs::fp32;
@@ -138,14 +138,14 @@ std::vector<Agreement> agreements(bool include_cuda) {
   for (const Example& e : {Example{1, 8, 4, false, 4, 3}, Example{2, 129, 64, true, 64, 64}, Example{4, 300, 128, false, 128, 128}}) {
     const Inputs in = make_inputs(5, e.heads, e.n, e.d);
     FlashConfig cfg;
-    cfg.causal = e.causal;
+    cfg.mask.causal = e.causal;
     cfg.block_q = e.bq;
     cfg.block_k = e.bk;
     const FlashOutput r = ref::flash_attention_forward(in.q, in.k, in.v, cfg);
     const std::string example = std::to_string(e.heads) + " x " + std::to_string(e.n) + " x " + std::to_string(e.d) +
                                 (e.causal ? ", causal" : "") + ", tiles " + std::to_string(e.bq) + " x " + std::to_string(e.bk);
     AttentionConfig same;
-    same.causal = e.causal;
+    same.mask.causal = e.causal;
     out.push_back({"flash vs chapter 00 attention (ref)", "ref", example,
                    max_abs_difference(r.out, ref::scaled_dot_product_attention(in.q, in.k, in.v, same)), tolerance(in)});
     for (const auto& variant : opt::flash_variants())
@@ -217,7 +217,7 @@ std::string tile_table() {
     const Inputs in = make_inputs(1, 1, n / 64, 8);  // tile counts depend on n / tile only: scale down
     FlashConfig cfg;
     cfg.block_q = cfg.block_k = 2;  // n / 64 rows in tiles of 2 = the same tile grid as n rows in tiles of 128
-    cfg.causal = true;
+    cfg.mask.causal = true;
     const FlashOutput r = ref::flash_attention_forward(in.q, in.k, in.v, cfg);
     const double total = static_cast<double>(r.tiles_computed + r.tiles_skipped);
     rows.push_back({std::to_string(n), std::to_string(r.tiles_computed), std::to_string(r.tiles_skipped),

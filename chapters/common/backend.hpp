@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tvlab/core/attention_mask.hpp"
+
 namespace tvlab {
 
 /// Where an implementation comes from: the reading order of a chapter.
@@ -47,6 +49,9 @@ struct Capabilities {
   std::size_t max_head_dim = 0;
   /// It also takes fp16/bf16/fp8 inputs (as emulation or on tensor cores); otherwise fp32 only.
   bool low_precision_inputs = false;
+  /// The parts of an attention mask (`AttentionMask`) it implements; it refuses the others by
+  /// name through `require_supported`. Empty for functions that take no mask.
+  MaskSupport masks{};
 };
 
 /// Why `caps` cannot run on this machine ("no CUDA device: ..."), or nothing when it can.

@@ -47,10 +47,10 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
       double m = -std::numeric_limits<double>::infinity();
       for (std::size_t j = 0; j < seq_k; ++j) {
         p[j] = -std::numeric_limits<double>::infinity();
-        if (!attention_allowed(cfg, seq_q, seq_k, i, j)) continue;
+        if (!cfg.mask.allows(i, j, seq_q, seq_k)) continue;
         double dot = 0.0;
         for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q(h, i, d)) * k(h, j, d);
-        p[j] = scale * dot + (cfg.additive_mask ? (*cfg.additive_mask)(i, j) : 0.0f);
+        p[j] = scale * dot + cfg.mask.score_bias(h, i, j, seq_q, seq_k);
         m = std::max(m, p[j]);
       }
       if (m == -std::numeric_limits<double>::infinity()) continue;  // fully masked row: zeros

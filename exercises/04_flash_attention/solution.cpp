@@ -28,6 +28,7 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
   // BEGIN EXERCISE 04.2 "flash attention's tiled forward pass" "Flash attention, forward"
   const double scale = validate_flash("flash_attention_forward", q, k, v, cfg);
   require_fp32_flash("flash_attention_forward", cfg);  // no fp8 or 16-bit emulation here
+  require_supported("flash_attention_forward", cfg.mask, kFlashMaskSupport);  // causal only
   const std::size_t heads = q.shape()[0], nq = q.shape()[1], d = q.shape()[2], nk = k.shape()[1], dv = v.shape()[2];
   const std::size_t shift = nk - nq;
   const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -37,7 +38,7 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
       const std::size_t r1 = std::min(nq, r0 + cfg.block_q);
       std::vector<double> m(r1 - r0, neg_inf), l(r1 - r0, 0.0), o((r1 - r0) * dv, 0.0);
       for (std::size_t c0 = 0; c0 < nk; c0 += cfg.block_k) {
-        if (cfg.causal && c0 > r1 - 1 + shift) {  // this tile and all later ones are hidden
+        if (cfg.mask.causal && c0 > r1 - 1 + shift) {  // this tile and all later ones are hidden
           result.tiles_skipped += (nk - c0 + cfg.block_k - 1) / cfg.block_k;
           break;
         }
@@ -49,9 +50,9 @@ FlashOutput flash_attention_forward(const Tensor3& q, const Tensor3& k, const Te
           double tile_max = neg_inf;
           for (std::size_t j = c0; j < c1; ++j) {
             double dot = 0;
-            if (!(cfg.causal && j > i + shift))
+            if (!(cfg.mask.causal && j > i + shift))
               for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(q(h, i, e)) * k(h, j, e);
-            s.push_back(cfg.causal && j > i + shift ? neg_inf : scale * dot);
+            s.push_back(cfg.mask.causal && j > i + shift ? neg_inf : scale * dot);
             tile_max = std::max(tile_max, s.back());
           }
           const double m_new = std::max(m[r], tile_max);

@@ -8,60 +8,60 @@
 #include <vector>
 
 #include "detail/blas.hpp"
-#include "detail/rope_row.hpp"
+#include "detail/attention_heads.hpp"
 #include "tvlab/core/error.hpp"
-#include "tvlab/opt/rope.hpp"
 #include "tvlab/opt/softmax.hpp"
 
 namespace tvlab::opt {
 namespace {
 
-// ALiBi's bias for query i and key j: -m_h |i' - j| with i' = i + seq_k - seq_q (0 without ALiBi).
-float alibi_bias_of(float slope, std::size_t seq_q, std::size_t seq_k, std::size_t i, std::size_t j) {
-  const auto query_position = static_cast<long long>(i + seq_k) - static_cast<long long>(seq_q);
+// ALiBi's bias for the query at position i' and key j: -m_h |i' - j| (0 without ALiBi).
+float alibi_bias_of(float slope, long long query_position, std::size_t j) {
   return -slope * static_cast<float>(std::llabs(query_position - static_cast<long long>(j)));
 }
 
-// The same bias for keys [0, count) of a score row, as two loops that vectorise: keys j <= i'
+// The same bias for keys [begin, end) of a score row, as two loops that vectorise: keys j <= i'
 // get -m (i' - j) = m (j - i'), later keys -m (j - i'). float(j) - float(i') is exact below 2^24,
 // so every value equals alibi_bias_of's.
-void add_alibi_bias(float* row, float slope, std::size_t seq_q, std::size_t seq_k, std::size_t i, std::size_t count) {
-  const long long query_position = static_cast<long long>(i + seq_k) - static_cast<long long>(seq_q);
-  const auto split = static_cast<std::size_t>(std::clamp(query_position + 1, 0LL, static_cast<long long>(count)));
+void add_alibi_bias(float* row, float slope, long long query_position, std::size_t begin, std::size_t end) {
+  const auto split = static_cast<std::size_t>(
+      std::clamp(query_position + 1, static_cast<long long>(begin), static_cast<long long>(end)));
   const auto qp = static_cast<float>(query_position);
 #pragma omp simd
-  for (std::size_t j = 0; j < split; ++j) row[j] += slope * (static_cast<float>(j) - qp);
+  for (std::size_t j = begin; j < split; ++j) row[j] += slope * (static_cast<float>(j) - qp);
 #pragma omp simd
-  for (std::size_t j = split; j < count; ++j) row[j] -= slope * (static_cast<float>(j) - qp);
+  for (std::size_t j = split; j < end; ++j) row[j] -= slope * (static_cast<float>(j) - qp);
 }
 
-// Biases and masks of one score row, in one visit of the row and with loops that vectorise: the
-// causal rule is a split point (keys j < visible are allowed, the rest become -inf), the
-// additive mask and ALiBi are added only where keys stay visible, the boolean mask last.
-void mask_row(float* row, const AttentionConfig& cfg, float alibi_slope, std::size_t seq_q, std::size_t seq_k,
+// The mask of one score row, in one visit of the row and with loops that vectorise: the causal
+// rule and the window are one key range [begin, end) (`AttentionMask::key_range`; the keys outside
+// become -inf), the bias and ALiBi are added only inside it, the boolean mask last.
+void mask_row(float* row, const AttentionMask& mask, float alibi_slope, std::size_t seq_q, std::size_t seq_k,
               std::size_t i) {
-  const std::size_t visible = cfg.causal ? i + seq_k - seq_q + 1 : seq_k;  // causal needs seq_q <= seq_k
-  if (cfg.additive_mask) {
-    const float* b = cfg.additive_mask->data() + i * seq_k;
+  const IndexRange keys = mask.key_range(i, seq_q, seq_k);
+  if (mask.bias) {
+    const float* b = mask.bias->data() + i * seq_k;
 #pragma omp simd
-    for (std::size_t j = 0; j < visible; ++j) row[j] += b[j];
+    for (std::size_t j = keys.begin; j < keys.end; ++j) row[j] += b[j];
   }
-  if (cfg.alibi_slopes) add_alibi_bias(row, alibi_slope, seq_q, seq_k, i, visible);
+  if (mask.alibi_slopes) add_alibi_bias(row, alibi_slope, mask.query_position(i, seq_q, seq_k), keys.begin, keys.end);
   const float neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp simd
-  for (std::size_t j = visible; j < seq_k; ++j) row[j] = neg_inf;
-  if (cfg.mask)
-    for (std::size_t j = 0; j < visible; ++j)
-      if (!(*cfg.mask)(i, j)) row[j] = neg_inf;
+  for (std::size_t j = 0; j < keys.begin; ++j) row[j] = neg_inf;
+#pragma omp simd
+  for (std::size_t j = keys.end; j < seq_k; ++j) row[j] = neg_inf;
+  if (mask.allowed)
+    for (std::size_t j = keys.begin; j < keys.end; ++j)
+      if (!(*mask.allowed)(i, j)) row[j] = neg_inf;
 }
 
 // One head: S = scale * Q K^T (SGEMM), mask and biases in place, softmax per row, O = P V (SGEMM).
 void attention_one_head(const float* q, const float* k, const float* v, float* o, std::size_t seq_q,
                         std::size_t seq_k, std::size_t head_dim, std::size_t head_dim_v, float scale,
-                        const AttentionConfig& cfg, float alibi_slope, float* scores) {
+                        const AttentionMask& mask, float alibi_slope, float* scores) {
   detail::sgemm(seq_q, seq_k, head_dim, scale, q, head_dim, k, head_dim, /*transpose_b=*/true, 0.0f, scores, seq_k);
-  if (cfg.causal || cfg.mask || cfg.additive_mask || cfg.alibi_slopes)
-    for (std::size_t i = 0; i < seq_q; ++i) mask_row(scores + i * seq_k, cfg, alibi_slope, seq_q, seq_k, i);
+  if (!mask.is_none())
+    for (std::size_t i = 0; i < seq_q; ++i) mask_row(scores + i * seq_k, mask, alibi_slope, seq_q, seq_k, i);
   for (std::size_t i = 0; i < seq_q; ++i) softmax_row_inplace(scores + i * seq_k, seq_k);
   detail::sgemm(seq_q, head_dim_v, seq_k, 1.0f, scores, seq_k, v, head_dim_v, false, 0.0f, o, head_dim_v);
 }
@@ -73,17 +73,10 @@ void attention_one_head(const float* q, const float* k, const float* v, float* o
 Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                         const AttentionConfig& cfg) {
   const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
+  require_supported("scaled_dot_product_attention", cfg.mask, kAttentionMaskSupport);
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
-  // Chapter 02, RoPE: v1 rotates q and k in a pass of their own (v2 fuses it into its copies).
-  Tensor3 q_rotated, k_rotated;
-  if (cfg.rope) {
-    const long long p0 = cfg.rope->first_position;
-    q_rotated = apply_rope(q, cfg.rope->freqs, cfg.rope->layout, p0 + static_cast<long long>(seq_k - seq_q));
-    k_rotated = apply_rope(k, cfg.rope->freqs, cfg.rope->layout, p0);
-  }
-  const float* q_data = cfg.rope ? q_rotated.data() : q.data();
-  const float* k_data = cfg.rope ? k_rotated.data() : k.data();
+  const AttentionMask& mask = cfg.mask;
   Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
   const int threads = omp_get_max_threads();
   std::vector<float> rows(static_cast<std::size_t>(threads) * seq_k);  // one score row per thread
@@ -93,20 +86,20 @@ Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, cons
   for (std::ptrdiff_t r = 0; r < total_rows; ++r) {
     const std::size_t h = static_cast<std::size_t>(r) / seq_q, i = static_cast<std::size_t>(r) % seq_q;
     float* p = rows.data() + static_cast<std::size_t>(omp_get_thread_num()) * seq_k;
-    const float* qi = q_data + (h * seq_q + i) * head_dim;
-    const float slope = cfg.alibi_slopes ? static_cast<float>((*cfg.alibi_slopes)(h)) : 0.0f;
-    // s_j = scale * q_i . k_j (+ b_ij) (- m_h |i' - j|), -inf where masked.
+    const float* qi = q.data() + (h * seq_q + i) * head_dim;
+    const float slope = mask.alibi_slopes ? static_cast<float>((*mask.alibi_slopes)(h)) : 0.0f;
+    const long long query_position = mask.query_position(i, seq_q, seq_k);
+    // s_j = scale * q_i . k_j (+ b_ij) (- m_h |i' - j|), -inf where the mask forbids j.
     for (std::size_t j = 0; j < seq_k; ++j) {
-      if (!attention_allowed(cfg, seq_q, seq_k, i, j)) {
+      if (!mask.allows(i, j, seq_q, seq_k)) {
         p[j] = neg_inf;
         continue;
       }
-      const float* kj = k_data + (h * seq_k + j) * head_dim;
+      const float* kj = k.data() + (h * seq_k + j) * head_dim;
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (std::size_t d = 0; d < head_dim; ++d) dot += qi[d] * kj[d];
-      p[j] = scale * dot + (cfg.additive_mask ? (*cfg.additive_mask)(i, j) : 0.0f) +
-             alibi_bias_of(slope, seq_q, seq_k, i, j);
+      p[j] = scale * dot + (mask.bias ? (*mask.bias)(i, j) : 0.0f) + alibi_bias_of(slope, query_position, j);
     }
     softmax_row_inplace(p, seq_k);
     // o_i = sum_j p_j v_j: for each key an axpy over the contiguous value row.
@@ -125,56 +118,32 @@ Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, cons
 
 // ---------------------------------------------------------------------------------------- v2
 
-Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                        const AttentionConfig& cfg) {
-  const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
+namespace detail {
+
+int attention_head_threads(std::size_t heads) {
+  return static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
+}
+
+Tensor3 attention_by_heads(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg, float scale,
+                           int threads, const HeadLoader& load_head) {
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
   Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
-
-  // Parallel over heads, one thread per head at most, each with its own [seq_q, seq_k] score
-  // buffer (the n x n matrix this chapter is about), allocated here: an allocation failure
-  // inside the OpenMP region could not be reported as an exception.
-  const int threads = static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
+  // Each thread has its own [seq_q, seq_k] score buffer (the n x n matrix this chapter is
+  // about), allocated here: an allocation failure inside the OpenMP region could not be
+  // reported as an exception.
   std::vector<float> scores(static_cast<std::size_t>(threads) * seq_q * seq_k);
-
-  // Chapter 02, RoPE fused into the load: each thread rotates its head's q and k while copying
-  // them into private buffers (one read of q and k, no rotated copy of the whole tensors); the
-  // cos/sin cache covers the key positions p0 .. p0 + seq_k - 1, and query i uses row seq_k - seq_q + i.
-  RopeCache cache;
-  std::vector<float> rotated;
-  const std::size_t q_size = seq_q * head_dim, k_size = seq_k * head_dim;
-  if (cfg.rope) {
-    cache = make_rope_cache(cfg.rope->freqs, cfg.rope->first_position, static_cast<long long>(seq_k));
-    rotated.resize(static_cast<std::size_t>(threads) * (q_size + k_size));
-  }
-  auto rotate_head = [&](const float* src, float* dst, std::size_t rows, std::size_t first_cache_row) {
-    for (std::size_t t = 0; t < rows; ++t) {
-      const std::size_t c = (first_cache_row + t) * cache.pairs;
-      (void)detail::rotate_row(src + t * head_dim, dst + t * head_dim, cache.cos.data() + c, cache.sin.data() + c,
-                               cache.pairs, cfg.rope->layout);  // inputs already checked
-    }
-  };
-
   auto run_heads = [&] {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (std::ptrdiff_t h = 0; h < static_cast<std::ptrdiff_t>(heads); ++h) {
       const auto hh = static_cast<std::size_t>(h);
       const auto thread = static_cast<std::size_t>(omp_get_thread_num());
-      float* buffer = scores.data() + thread * seq_q * seq_k;
-      const float* qh = q.data() + hh * q_size;
-      const float* kh = k.data() + hh * k_size;
-      if (cfg.rope) {
-        float* q_buffer = rotated.data() + thread * (q_size + k_size);
-        float* k_buffer = q_buffer + q_size;
-        rotate_head(qh, q_buffer, seq_q, seq_k - seq_q);
-        rotate_head(kh, k_buffer, seq_k, 0);
-        qh = q_buffer;
-        kh = k_buffer;
-      }
-      const float slope = cfg.alibi_slopes ? static_cast<float>((*cfg.alibi_slopes)(hh)) : 0.0f;
+      const float* qh = q.data() + hh * seq_q * head_dim;
+      const float* kh = k.data() + hh * seq_k * head_dim;
+      if (load_head) load_head(hh, thread, qh, kh);
+      const float slope = cfg.mask.alibi_slopes ? static_cast<float>((*cfg.mask.alibi_slopes)(hh)) : 0.0f;
       attention_one_head(qh, kh, v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q,
-                         seq_k, head_dim, head_dim_v, scale, cfg, slope, buffer);
+                         seq_k, head_dim, head_dim_v, scale, cfg.mask, slope, scores.data() + thread * seq_q * seq_k);
     }
   };
   if (threads > 1) {
@@ -184,6 +153,16 @@ Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, cons
     run_heads();  // one head (or one core): OpenBLAS may thread each SGEMM itself
   }
   return out;
+}
+
+}  // namespace detail
+
+Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                        const AttentionConfig& cfg) {
+  const float scale = static_cast<float>(validate_attention("scaled_dot_product_attention", q, k, v, cfg));
+  require_supported("scaled_dot_product_attention", cfg.mask, kAttentionMaskSupport);
+  // Parallel over heads, one thread per head at most.
+  return detail::attention_by_heads(q, k, v, cfg, scale, detail::attention_head_threads(q.shape()[0]), nullptr);
 }
 
 const std::vector<AttentionVariant>& attention_variants() {

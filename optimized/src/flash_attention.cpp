@@ -14,21 +14,34 @@
 namespace tvlab::opt {
 namespace {
 
-// The sizes every version works with: the shapes, the causal shift (query i sees keys
-// j <= i + shift), and tiles clamped to the sequences with their counts.
+// The sizes every version works with: the shapes, and tiles clamped to the sequences with their
+// counts.
 struct FlashDims {
-  std::size_t heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles;
+  std::size_t heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles;
   FlashDims(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg)
       : heads(q.shape()[0]), seq_q(q.shape()[1]), d(q.shape()[2]), seq_k(k.shape()[1]), d_v(v.shape()[2]),
-        shift(seq_k - seq_q), br(std::min(cfg.block_q, seq_q)), bc(std::min(cfg.block_k, seq_k)),
-        q_tiles((seq_q + br - 1) / br), k_tiles((seq_k + bc - 1) / bc) {}
+        br(std::min(cfg.block_q, seq_q)), bc(std::min(cfg.block_k, seq_k)), q_tiles((seq_q + br - 1) / br),
+        k_tiles((seq_k + bc - 1) / bc) {}
 };
 
-// How many keys of the tile [c0, c0 + cols) query i may see: all of them, or under the causal
-// mask those with j <= i + shift.
-std::size_t visible_keys(const FlashConfig& cfg, std::size_t shift, std::size_t i, std::size_t c0, std::size_t cols) {
-  if (!cfg.causal) return cols;
-  return std::min(cols, i + shift + 1 > c0 ? i + shift + 1 - c0 : 0);
+// The key tiles [first, end) that overlap the keys of query rows [r0, r0 + rows) (the causal rule
+// and the window leave each row a contiguous range, `AttentionMask::key_range`): every other key
+// tile is hidden from the whole query tile and is skipped.
+struct TileSpan {
+  std::size_t first, end;
+};
+TileSpan key_tiles_of(const AttentionMask& mask, const FlashDims& dims, std::size_t r0, std::size_t rows) {
+  const IndexRange keys = mask.key_range_of_rows(r0, r0 + rows, dims.seq_q, dims.seq_k);
+  if (keys.empty()) return {0, 0};
+  return {keys.begin / dims.bc, (keys.end + dims.bc - 1) / dims.bc};
+}
+
+// The columns [begin, end) of the key tile [c0, c0 + cols) that query i may see.
+IndexRange visible_columns(const AttentionMask& mask, const FlashDims& dims, std::size_t i, std::size_t c0,
+                           std::size_t cols) {
+  const IndexRange keys = mask.key_range(i, dims.seq_q, dims.seq_k);
+  const std::size_t begin = std::clamp(keys.begin, c0, c0 + cols), end = std::clamp(keys.end, begin, c0 + cols);
+  return {begin - c0, end - c0};
 }
 
 std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
@@ -40,8 +53,9 @@ std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple
 FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
   require_fp32_flash("flash_attention_forward", cfg);
+  require_supported("flash_attention_forward", cfg.mask, kFlashMaskSupport);
   const FlashDims dims(q, k, v, cfg);
-  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
   FlashOutput result{Tensor3::from_shape({heads, seq_q, d_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
@@ -67,21 +81,20 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
     const float* kh = k.data() + h * seq_k * d;
     const float* vh = v.data() + h * seq_k * d_v;
 
-    for (std::size_t c0 = 0; c0 < seq_k; c0 += bc) {
+    // Only the key tiles the causal rule and the window leave to some row of this query tile.
+    const TileSpan span = key_tiles_of(cfg.mask, dims, r0, rows);
+    skipped += k_tiles - (span.end - span.first);
+    for (std::size_t c0 = span.first * bc; c0 < span.end * bc; c0 += bc) {
       const std::size_t cols = std::min(bc, seq_k - c0);
-      if (cfg.causal && c0 > r0 + rows - 1 + shift) {  // every later key tile is hidden too
-        skipped += k_tiles - c0 / bc;
-        break;
-      }
       ++computed;
       for (std::size_t r = 0; r < rows; ++r) {
         const std::size_t i = r0 + r;
         const float* qi = qh + i * d;
         float* srow = s + r * bc;
-        // S_rc = scale q_i . k_c for the keys the causal mask allows; the others count as -inf.
-        const std::size_t visible = visible_keys(cfg, shift, i, c0, cols);
+        // S_rc = scale q_i . k_c for the columns the mask leaves to row i; the others count as -inf.
+        const IndexRange visible = visible_columns(cfg.mask, dims, i, c0, cols);
         float tile_max = neg_inf;
-        for (std::size_t c = 0; c < visible; ++c) {
+        for (std::size_t c = visible.begin; c < visible.end; ++c) {
           const float* kc = kh + (c0 + c) * d;
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -89,7 +102,7 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
           srow[c] = scale * dot;
           tile_max = std::max(tile_max, srow[c]);
         }
-        if (visible == 0) continue;
+        if (visible.empty()) continue;
         // m' = max(m, rowmax S); l and O~ rescaled by e^{m - m'} (0 on the first visible tile).
         const float m_new = std::max(m[r], tile_max);
         const float correction = m[r] == neg_inf ? 0.0f : std::exp(m[r] - m_new);
@@ -98,7 +111,7 @@ FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const
 #pragma omp simd
         for (std::size_t e = 0; e < d_v; ++e) orow[e] *= correction;
         // P~ = e^{S - m'}; l' += rowsum P~; O~' += P~ V_j, one contiguous axpy per key.
-        for (std::size_t c = 0; c < visible; ++c) {
+        for (std::size_t c = visible.begin; c < visible.end; ++c) {
           const float p = std::exp(srow[c] - m_new);
           sum += p;
           const float* vc = vh + (c0 + c) * d_v;
@@ -131,8 +144,9 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
   using detail::kLanes;
   const auto scale = static_cast<float>(validate_flash("flash_attention_forward", q, k, v, cfg));
   require_fp32_flash("flash_attention_forward", cfg);
+  require_supported("flash_attention_forward", cfg.mask, kFlashMaskSupport);
   const FlashDims dims(q, k, v, cfg);
-  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
   // Tile widths padded to whole micro-kernel blocks; the padding is zeros in K^T and V.
   const std::size_t bc_pad = round_up(bc, detail::kTileCols), dv_pad = round_up(d_v, detail::kTileCols);
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
@@ -176,12 +190,11 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
     std::fill(m, m + rows, neg_inf);
     std::fill(l, l + rows, 0.0f);
 
-    for (std::size_t j = 0; j < k_tiles; ++j) {
+    // Only the key tiles the causal rule and the window leave to some row of this query tile.
+    const TileSpan span = key_tiles_of(cfg.mask, dims, r0, rows);
+    skipped += k_tiles - (span.end - span.first);
+    for (std::size_t j = span.first; j < span.end; ++j) {
       const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
-      if (cfg.causal && c0 > r0 + rows - 1 + shift) {  // this and every later key tile are hidden
-        skipped += k_tiles - j;
-        break;
-      }
       ++computed;
       const float* ktile = kt.data() + (h * k_tiles + j) * kt_tile;
       // S = scale Q_i K_j^T for the whole padded tile (micro-kernel).
@@ -189,13 +202,14 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
       for (std::size_t r = 0; r < rows; ++r) {
         float* srow = s + r * bc_pad;
         const std::size_t i = r0 + r;
-        const std::size_t visible = visible_keys(cfg, shift, i, c0, cols);
-        if (visible == 0) {  // the causal mask hides the whole tile from this row: P row = 0
+        const IndexRange visible = visible_columns(cfg.mask, dims, i, c0, cols);
+        if (visible.empty()) {  // the mask hides the whole tile from this row: P row = 0
           std::fill(srow, srow + bc_pad, 0.0f);
           continue;
         }
         // Masked and padded columns: -inf, so that e^{S - m'} is 0 there.
-        std::fill(srow + visible, srow + bc_pad, neg_inf);
+        std::fill(srow, srow + visible.begin, neg_inf);
+        std::fill(srow + visible.end, srow + bc_pad, neg_inf);
         // m' = max(m, rowmax S)
         FloatBatch vmax(neg_inf);
         for (std::size_t c = 0; c < bc_pad; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
@@ -241,8 +255,9 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  require_supported("flash_attention_backward", cfg.mask, kFlashMaskSupport);
   const FlashDims dims(q, k, v, cfg);
-  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
   // D_i = rowsum(dO_i o O_i), once per query row.
@@ -272,9 +287,7 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
     p = std::exp(scale * dot - lse(h, i));
     ds = p * (dp - delta[h * seq_q + i]);
   };
-  auto visible = [&](std::size_t h, std::size_t i, std::size_t j) {
-    return !(cfg.causal && j > i + shift) && lse(h, i) != neg_inf;
-  };
+  auto saw_keys = [&](std::size_t h, std::size_t i) { return lse(h, i) != neg_inf; };
 
   FlashGrads g{xt::zeros<float>({heads, seq_q, d}), xt::zeros<float>({heads, seq_k, d}), xt::zeros<float>({heads, seq_k, d_v})};
   // Pass 1, threads over (head, key tile): dV_j += P^T dO, dK_j += scale dS^T Q.
@@ -285,10 +298,10 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
     for (std::size_t j = c0; j < c1; ++j) {
       float* dk = g.dk.data() + (h * seq_k + j) * d;
       float* dv = g.dv.data() + (h * seq_k + j) * d_v;
-      // Causal: key j is seen by queries i >= j - shift only.
-      const std::size_t first_query = cfg.causal && j > shift ? j - shift : 0;
-      for (std::size_t i = first_query; i < seq_q; ++i) {
-        if (!visible(h, i, j)) continue;
+      // Key j is seen by the queries of its query range only (causal rule, window).
+      const IndexRange queries = cfg.mask.query_range(j, seq_q, seq_k);
+      for (std::size_t i = queries.begin; i < queries.end; ++i) {
+        if (!saw_keys(h, i)) continue;
         float p = 0.0f, ds = 0.0f;
         p_and_ds(h, i, j, p, ds);
         const float* doi = dout.data() + (h * seq_q + i) * d_v;
@@ -307,9 +320,9 @@ FlashGrads flash_attention_backward_v1(const Tensor3& q, const Tensor3& k, const
     const std::size_t r1 = std::min(seq_q, r0 + br);
     for (std::size_t i = r0; i < r1; ++i) {
       float* dq = g.dq.data() + (h * seq_q + i) * d;
-      const std::size_t last_key = cfg.causal ? std::min(seq_k, i + shift + 1) : seq_k;
-      for (std::size_t j = 0; j < last_key; ++j) {
-        if (!visible(h, i, j)) continue;
+      if (!saw_keys(h, i)) continue;
+      const IndexRange keys = cfg.mask.key_range(i, seq_q, seq_k);
+      for (std::size_t j = keys.begin; j < keys.end; ++j) {
         float p = 0.0f, ds = 0.0f;
         p_and_ds(h, i, j, p, ds);
         const float* kj = k.data() + (h * seq_k + j) * d;
@@ -340,7 +353,7 @@ struct BackwardTiles {
   BackwardTiles(const Tensor3& q_, const Tensor3& k, const Tensor3& v, const Tensor3& out, const Tensor2& lse_,
                 const Tensor3& dout_, const FlashConfig& cfg_, float scale_)
       : q(q_), dout(dout_), lse(lse_), cfg(cfg_), dims(q_, k, v, cfg_), scale(scale_) {
-    const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+    const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
     const std::size_t w = detail::kTileCols;
     bc_pad = round_up(bc, w);
     br_pad = round_up(br, w);
@@ -380,7 +393,7 @@ struct BackwardTiles {
   // P and scale * dS of query tile [r0, r0 + rows) against key tile j, into p and ds
   // ([rows, bc_pad]); masked keys, padding and queries that saw no key give 0. dp is scratch.
   void p_and_ds(std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp, float* ds) const {
-    const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+    const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
     detail::score_tile(q.data() + (h * seq_q + r0) * d, d, kt.data() + (h * k_tiles + j) * d * bc_pad, bc_pad, p, bc_pad,
@@ -390,16 +403,18 @@ struct BackwardTiles {
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t i = r0 + r;
       const float l_i = lse(h, i), d_i = delta[h * seq_q + i];
-      const std::size_t visible = l_i == neg_inf ? 0 : visible_keys(cfg, shift, i, c0, cols);
+      const IndexRange visible = l_i == neg_inf ? IndexRange{} : visible_columns(cfg.mask, dims, i, c0, cols);
       float* prow = p + r * bc_pad;
       float* dprow = dp + r * bc_pad;
       float* dsrow = ds + r * bc_pad;
-      for (std::size_t c = 0; c < visible; ++c) {
+      for (std::size_t c = visible.begin; c < visible.end; ++c) {
         prow[c] = std::exp(prow[c] - l_i);                // P = e^{S - L}
         dsrow[c] = scale * prow[c] * (dprow[c] - d_i);    // scale dS = scale P (dP - D)
       }
-      std::fill(prow + visible, prow + bc_pad, 0.0f);
-      std::fill(dsrow + visible, dsrow + bc_pad, 0.0f);
+      std::fill(prow, prow + visible.begin, 0.0f);
+      std::fill(dsrow, dsrow + visible.begin, 0.0f);
+      std::fill(prow + visible.end, prow + bc_pad, 0.0f);
+      std::fill(dsrow + visible.end, dsrow + bc_pad, 0.0f);
     }
   }
 
@@ -407,7 +422,7 @@ struct BackwardTiles {
   // dK_j = sum scale dS^T Q, written to g; with `dq_partial` ([seq_q, d_pad] of this head), also
   // dQ += scale dS K_j there, so one pass computes all three gradients.
   void key_tile(std::size_t h, std::size_t j, float* scratch, FlashGrads& g, float* dq_partial) const {
-    const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = dims;
+    const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
     float* p = scratch;
     float* dp = p + br * bc_pad;
@@ -417,9 +432,9 @@ struct BackwardTiles {
     float* dk_acc = dst + bc * br_pad;
     float* dv_acc = dk_acc + bc * d_pad;
     std::fill(dk_acc, dk_acc + bc * (d_pad + dv_pad), 0.0f);
-    // Under the causal mask the queries before c0 - shift see none of this tile.
-    const std::size_t first_query = cfg.causal && c0 > shift ? c0 - shift : 0;
-    for (std::size_t r0 = first_query / br * br; r0 < seq_q; r0 += br) {
+    // Only the queries whose key range meets this tile (causal rule, window) see any of it.
+    const IndexRange queries = cfg.mask.query_range_of_keys(c0, c0 + cols, seq_q, seq_k);
+    for (std::size_t r0 = queries.begin / br * br; r0 < queries.end; r0 += br) {
       const std::size_t rows = std::min(br, seq_q - r0);
       p_and_ds(h, r0, rows, j, p, dp, ds);
       if (dq_partial)
@@ -454,8 +469,9 @@ FlashGrads flash_attention_backward_v2(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  require_supported("flash_attention_backward", cfg.mask, kFlashMaskSupport);
   const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
-  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = tiles.dims;
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = tiles.dims;
   FlashGrads g = tiles.zero_grads();
   const int threads = omp_get_max_threads();
   std::vector<float> scratch(static_cast<std::size_t>(threads) * tiles.per_thread);
@@ -475,9 +491,9 @@ FlashGrads flash_attention_backward_v2(const Tensor3& q, const Tensor3& k, const
     float* ds = dp + br * tiles.bc_pad;
     float* dq_acc = ds + br * tiles.bc_pad;
     std::fill(dq_acc, dq_acc + rows * tiles.d_pad, 0.0f);
-    for (std::size_t j = 0; j < k_tiles; ++j) {
+    const TileSpan span = key_tiles_of(cfg.mask, tiles.dims, r0, rows);  // the other key tiles are hidden
+    for (std::size_t j = span.first; j < span.end; ++j) {
       const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
-      if (cfg.causal && c0 > r0 + rows - 1 + shift) break;  // this and later key tiles are hidden
       tiles.p_and_ds(h, r0, rows, j, p, dp, ds);
       detail::accumulate_pv(ds, tiles.bc_pad, tiles.k_pad.data() + (h * seq_k + c0) * tiles.d_pad, tiles.d_pad, dq_acc,
                             rows, cols);
@@ -494,8 +510,9 @@ FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  require_supported("flash_attention_backward", cfg.mask, kFlashMaskSupport);
   const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
-  const auto& [heads, seq_q, d, seq_k, d_v, shift, br, bc, q_tiles, k_tiles] = tiles.dims;
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = tiles.dims;
   FlashGrads g = tiles.zero_grads();
   const int threads = omp_get_max_threads();
   const std::size_t partial_size = seq_q * tiles.d_pad;

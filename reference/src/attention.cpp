@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "tvlab/core/error.hpp"
-#include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ref {
 
@@ -15,35 +14,22 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
   const double neg_inf = -std::numeric_limits<double>::infinity();
-
-  // Chapter 02, RoPE: rotate q and k first; query i sits at position p0 + (seq_k - seq_q) + i, key j at p0 + j.
-  Tensor3 q_rotated, k_rotated;
-  if (cfg.rope) {
-    const long long p0 = cfg.rope->first_position, query_shift = static_cast<long long>(seq_k - seq_q);
-    q_rotated = apply_rope(q, cfg.rope->freqs, cfg.rope->layout, p0 + query_shift);
-    k_rotated = apply_rope(k, cfg.rope->freqs, cfg.rope->layout, p0);
-  }
-  const Tensor3& qr = cfg.rope ? q_rotated : q;
-  const Tensor3& kr = cfg.rope ? k_rotated : k;
+  const AttentionMask& mask = cfg.mask;
 
   Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
   std::vector<double> s(seq_k);  // one row of scores, then of probabilities
   for (std::size_t h = 0; h < heads; ++h) {
     for (std::size_t i = 0; i < seq_q; ++i) {
-      // Chapter 02, ALiBi: query i is at i' = i + seq_k - seq_q; the bias is -m_h |i' - j|.
-      const double query_position = static_cast<double>(i) + static_cast<double>(seq_k) - static_cast<double>(seq_q);
-      const double slope = cfg.alibi_slopes ? (*cfg.alibi_slopes)(h) : 0.0;
-      // S_ij = scale * sum_d Q_id K_jd + B_ij - m_h |i' - j|, or -inf where the mask forbids j.
+      // S_ij = scale * sum_d Q_id K_jd + b_ij - m_h |i' - j| where the mask allows j, else -inf.
       double m = neg_inf;
       for (std::size_t j = 0; j < seq_k; ++j) {
-        if (!attention_allowed(cfg, seq_q, seq_k, i, j)) {
+        if (!mask.allows(i, j, seq_q, seq_k)) {
           s[j] = neg_inf;
           continue;
         }
         double dot = 0.0;
-        for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(qr(h, i, d)) * kr(h, j, d);
-        s[j] = scale * dot + (cfg.additive_mask ? static_cast<double>((*cfg.additive_mask)(i, j)) : 0.0) -
-               slope * std::fabs(query_position - static_cast<double>(j));
+        for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q(h, i, d)) * k(h, j, d);
+        s[j] = scale * dot + mask.score_bias(h, i, j, seq_q, seq_k);
         m = std::max(m, s[j]);
       }
       // P_ij = exp(S_ij - m_i) / sum_j exp(S_ij - m_i); a fully masked row has output 0.

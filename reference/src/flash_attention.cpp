@@ -52,8 +52,8 @@ FlashOutput forward_tiles(const Tensor3& q, const Tensor3& k, const Tensor3& v, 
                           float (*round_p)(float)) {
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
-  const std::size_t shift = seq_k - seq_q;  // causal: query i sees keys j <= i + shift (seq_q <= seq_k)
   const double neg_inf = -std::numeric_limits<double>::infinity();
+  const AttentionMask& mask = cfg.mask;
 
   FlashOutput result{Tensor3::from_shape({heads, seq_q, d_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
   for (std::size_t h = 0; h < heads; ++h) {
@@ -61,26 +61,27 @@ FlashOutput forward_tiles(const Tensor3& q, const Tensor3& k, const Tensor3& v, 
       const std::size_t r1 = std::min(seq_q, r0 + cfg.block_q), rows = r1 - r0;
       // Per row of the tile: m = -inf, l = 0, O~ = 0.
       std::vector<double> m(rows, neg_inf), l(rows, 0.0), o(rows * d_v, 0.0);
+      // The keys the causal rule and the window leave to some row of the tile: [keys.begin, keys.end).
+      const IndexRange keys = mask.key_range_of_rows(r0, r1, seq_q, seq_k);
       for (std::size_t c0 = 0; c0 < seq_k; c0 += cfg.block_k) {  // key/value tile K_j, V_j: rows [c0, c1)
         const std::size_t c1 = std::min(seq_k, c0 + cfg.block_k), cols = c1 - c0;
-        // Causal: the tile's last query (r1 - 1) sees keys up to r1 - 1 + shift; a tile that starts
-        // later is masked for every row, and so is every tile after it.
-        if (cfg.causal && c0 > r1 - 1 + shift) {
-          result.tiles_skipped += (seq_k - c0 + cfg.block_k - 1) / cfg.block_k;
-          break;
+        // A key tile outside that range is masked for every row of the query tile: skipped whole.
+        if (c1 <= keys.begin || c0 >= keys.end) {
+          ++result.tiles_skipped;
+          continue;
         }
         ++result.tiles_computed;
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = r0 + r;
-          // S = scale * q_i K_j^T, -inf where the causal mask hides the key.
+          // S = scale * q_i K_j^T + b_ij - m_h |i' - j|, -inf where the mask hides the key.
           std::vector<double> s(cols, neg_inf);
           double tile_max = neg_inf;
           for (std::size_t c = 0; c < cols; ++c) {
             const std::size_t j = c0 + c;
-            if (cfg.causal && j > i + shift) continue;
+            if (!mask.allows(i, j, seq_q, seq_k)) continue;
             double dot = 0.0;
             for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(q(h, i, e)) * k(h, j, e);
-            s[c] = scale * dot;
+            s[c] = scale * dot + mask.score_bias(h, i, j, seq_q, seq_k);
             tile_max = std::max(tile_max, s[c]);
           }
           // m' = max(m, rowmax(S)); nothing to add when the whole row of the tile is masked.
@@ -139,7 +140,7 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
   const double scale = validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg);
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], d = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
-  const std::size_t shift = seq_k - seq_q;
+  const AttentionMask& mask = cfg.mask;
   std::vector<double> dq(heads * seq_q * d, 0.0), dk(heads * seq_k * d, 0.0), dv(heads * seq_k * d_v, 0.0);
 
   for (std::size_t h = 0; h < heads; ++h) {
@@ -151,15 +152,16 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
       const std::size_t c1 = std::min(seq_k, c0 + cfg.block_k);
       for (std::size_t r0 = 0; r0 < seq_q; r0 += cfg.block_q) {  // query tile i: rows [r0, r1)
         const std::size_t r1 = std::min(seq_q, r0 + cfg.block_q);
-        if (cfg.causal && c0 > r1 - 1 + shift) continue;  // the causal mask hides the whole tile
+        const IndexRange keys = mask.key_range_of_rows(r0, r1, seq_q, seq_k);
+        if (c1 <= keys.begin || c0 >= keys.end) continue;  // the causal rule or the window hides the whole tile
         for (std::size_t i = r0; i < r1; ++i) {
           if (lse(h, i) == -std::numeric_limits<float>::infinity()) continue;  // saw no key: no gradient
           for (std::size_t j = c0; j < c1; ++j) {
-            if (cfg.causal && j > i + shift) continue;
-            // P_ij = e^{S_ij - L_i}, recomputed from q, k and the saved L.
+            if (!mask.allows(i, j, seq_q, seq_k)) continue;
+            // P_ij = e^{S_ij - L_i}, recomputed from q, k, the mask's bias and the saved L.
             double dot = 0.0;
             for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(q(h, i, e)) * k(h, j, e);
-            const double p = std::exp(scale * dot - static_cast<double>(lse(h, i)));
+            const double p = std::exp(scale * dot + mask.score_bias(h, i, j, seq_q, seq_k) - static_cast<double>(lse(h, i)));
             // dV_j += P_ij dO_i;  dP_ij = dO_i . V_j.
             double dp = 0.0;
             for (std::size_t e = 0; e < d_v; ++e) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "../common/registry.hpp"
@@ -18,6 +19,8 @@ namespace tvlab::ch00 {
 namespace {
 
 using tvlab::testing::Context;
+using tvlab::testing::first_unsupported_part;
+using tvlab::testing::masked_scores_oracle;
 using tvlab::testing::mha_oracle;
 using tvlab::testing::score_magnitude;
 using tvlab::testing::sdpa_oracle;
@@ -145,17 +148,17 @@ std::string mask_name(MaskKind m) {
 
 AttentionConfig make_config(const AttentionCase& c, Rng& rng) {
   AttentionConfig cfg;
-  cfg.causal = c.mask == MaskKind::causal;
+  cfg.mask.causal = c.mask == MaskKind::causal;
   if (c.mask == MaskKind::boolean_with_empty_row) {
     Mask2 mask = Mask2::from_shape({c.seq_q, c.seq_k});
     for (auto& m : mask) m = rng.uniform() < 0.7;
     for (std::size_t j = 0; j < c.seq_k; ++j) mask(c.seq_q / 2, j) = false;  // nothing to attend to
-    cfg.mask = mask;
+    cfg.mask.allowed = mask;
   }
   if (c.mask == MaskKind::additive_with_neg_inf) {
     Tensor2 bias = rng.normal_matrix(c.seq_q, c.seq_k);
     for (std::size_t i = 0; i < c.seq_q; ++i) bias(i, (3 * i) % c.seq_k) = kNegInf;
-    cfg.additive_mask = bias;
+    cfg.mask.bias = bias;
   }
   return cfg;
 }
@@ -216,13 +219,135 @@ INSTANTIATE_TEST_SUITE_P(Ch00, AttentionCases,
                                             ::testing::ValuesIn(kAttentionCases)),
                          tvlab::testing::ImplCaseName());
 
+// --------------------------------------------------------------- the mask specification, every part
+
+// A case of AttentionMask: the structural parts, and which explicit ones (drawn from the seed).
+struct MaskCase {
+  const char* label;
+  std::size_t heads, seq_q, seq_k, head_dim;
+  bool causal;
+  CausalAlign align;
+  std::optional<SlidingWindow> window;
+  bool boolean = false, bias = false, alibi = false;
+};
+
+AttentionMask make_mask(const MaskCase& c, Rng& rng) {
+  AttentionMask mask;
+  mask.causal = c.causal;
+  mask.causal_align = c.align;
+  mask.window = c.window;
+  if (c.boolean) {
+    Mask2 allowed = Mask2::from_shape({c.seq_q, c.seq_k});
+    for (auto& a : allowed) a = rng.uniform() < 0.75;
+    mask.allowed = allowed;
+  }
+  if (c.bias) {
+    Tensor2 bias = rng.normal_matrix(c.seq_q, c.seq_k);
+    for (std::size_t i = 0; i < c.seq_q; ++i) bias(i, (5 * i) % c.seq_k) = kNegInf;
+    mask.bias = bias;
+  }
+  if (c.alibi) {
+    DTensor1 slopes = DTensor1::from_shape({c.heads});
+    for (std::size_t h = 0; h < c.heads; ++h) slopes(h) = std::pow(2.0, -static_cast<double>(h + 1));
+    mask.alibi_slopes = slopes;
+  }
+  return mask;
+}
+
+void PrintTo(const MaskCase& c, std::ostream* out) { *out << c.label; }
+
+class MaskCases : public ::testing::TestWithParam<std::tuple<Backend, MaskCase>> {};
+
+// Every backend either computes what the oracle computes from the mask's definition, or refuses
+// the part it does not implement with a tvlab::Error naming it (its mask_support).
+TEST_P(MaskCases, matches_the_oracle_or_refuses_the_part_naming_it) {
+  const auto& [impl, c] = GetParam();
+  const unsigned long long seed = 500 + c.seq_q * 37 + c.seq_k;
+  Rng rng(seed);
+  const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+  const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+  AttentionConfig cfg;
+  cfg.mask = make_mask(c, rng);
+  const std::string missing = first_unsupported_part(cfg.mask, impl.caps.masks);
+  if (!missing.empty()) {  // checked before any device work: runs without a GPU too
+    EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); },
+                                    {"scaled_dot_product_attention", "mask." + missing, "not supported"}));
+    return;
+  }
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  const Tensor3 out = impl.sdpa(q, k, v, cfg);
+  // As in AttentionCases: rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1), M the size of a
+  // score's terms (bias and ALiBi included).
+  const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));
+  const double vmax = xt::amax(xt::abs(v))();
+  EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), {rtol * vmax * (2.0 * score_magnitude(q, k, cfg) + 1.0), rtol},
+                      {std::string("scaled_dot_product_attention, ") + c.label, {"h", "i", "d"}, seed, "",
+                       "query i sits at i' = i (top_left) or i + seq_k - seq_q (bottom_right); the window keeps "
+                       "i' - left <= j <= i' + right"}));
+  // A row that sees no key gives exactly 0.
+  for (std::size_t h = 0; h < c.heads; ++h) {
+    const DTensor2 scores = masked_scores_oracle(q, k, cfg, h);
+    for (std::size_t i = 0; i < c.seq_q; ++i) {
+      if (xt::amax(xt::view(scores, i, xt::all()))() != -std::numeric_limits<double>::infinity()) continue;
+      for (std::size_t d = 0; d < c.head_dim; ++d)
+        EXPECT_EQ(out(h, i, d), 0.0f) << "row " << i << " sees no key: its output must be 0 (h=" << h << ", d=" << d << ")";
+    }
+  }
+}
+
+const MaskCase kMaskCases[] = {
+    {"causal sliding window of 4 keys, 20 x 20", 2, 20, 20, 8, true, CausalAlign::bottom_right, SlidingWindow{3, 0}},
+    {"two-sided window 2 + 3, 17 queries over 23 keys", 2, 17, 23, 8, false, CausalAlign::bottom_right,
+     SlidingWindow{2, 3}},
+    {"two-sided window top-left, 12 queries over 7 keys (the last rows see nothing)", 2, 12, 7, 8, false,
+     CausalAlign::top_left, SlidingWindow{1, 1}},
+    {"top-left causal, 9 queries over 14 keys", 2, 9, 14, 8, true, CausalAlign::top_left, std::nullopt},
+    {"top-left causal, 14 queries over 9 keys", 2, 14, 9, 8, true, CausalAlign::top_left, std::nullopt},
+    {"boolean mask, top-left causal window of 6 keys, 10 x 16", 2, 10, 16, 8, true, CausalAlign::top_left,
+     SlidingWindow{5, 0}, true},
+    {"ALiBi, 5 queries over 40 keys", 4, 5, 40, 8, false, CausalAlign::bottom_right, std::nullopt, false, false, true},
+    // Not causal: under a causal rule ALiBi's bias moves by a constant per row when i' moves, which
+    // the softmax cancels; keys on both sides of i' make the alignment visible.
+    {"ALiBi top-left, two-sided window 3 + 5, 16 x 24", 3, 16, 24, 8, false, CausalAlign::top_left, SlidingWindow{3, 5},
+     false, false, true},
+    {"bias with -inf and a window 4 + 4, 19 x 23", 2, 19, 23, 8, false, CausalAlign::bottom_right, SlidingWindow{4, 4},
+     false, true},
+    {"window wider than the sequences", 1, 7, 7, 4, false, CausalAlign::bottom_right, SlidingWindow{1000, 1000}},
+    {"seq 129, head_dim 64, causal window of 32 keys", 4, 129, 129, 64, true, CausalAlign::bottom_right,
+     SlidingWindow{31, 0}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Ch00, MaskCases,
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sdpa)),
+                                            ::testing::ValuesIn(kMaskCases)),
+                         tvlab::testing::ImplCaseName());
+
+TEST_P(Attention, a_window_as_wide_as_the_keys_changes_nothing_and_a_zero_window_copies_the_diagonal) {
+  const Backend& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  if (!impl.caps.masks.window) GTEST_SKIP() << impl.name << " implements no sliding window (MaskCases tests its error)";
+  Rng rng(14);
+  const Tensor3 q = rng.normal_tensor(2, 6, 4), k = rng.normal_tensor(2, 6, 4), v = rng.normal_tensor(2, 6, 3);
+  AttentionConfig wide;
+  wide.mask.window = SlidingWindow{5, 5};  // every key of 6 is within 5 of every query
+  EXPECT_TRUE(matches(impl.sdpa(q, k, v, wide), xt::eval(xt::cast<double>(impl.sdpa(q, k, v, {}))), {0.0, 0.0},
+                      {"window {5, 5} over 6 keys vs no mask", {"h", "i", "d"}, 14, "", "a window limits nothing it covers"}));
+  // Window {0, 0}: query i sees key i only, with weight exp(0)/exp(0) = 1: the output is v[h, i, :].
+  AttentionConfig diagonal;
+  diagonal.mask.window = SlidingWindow{0, 0};
+  const Tensor3 out = impl.sdpa(q, k, v, diagonal);
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t i = 0; i < 6; ++i)
+      for (std::size_t d = 0; d < 3; ++d) EXPECT_NEAR(out(h, i, d), v(h, i, d), 1e-6) << "h " << h << ", i " << i;
+}
+
 TEST_P(Attention, first_causal_row_copies_the_first_value) {
   const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(11);
   const Tensor3 q = rng.normal_tensor(2, 6, 4), k = rng.normal_tensor(2, 6, 4), v = rng.normal_tensor(2, 6, 3);
   AttentionConfig cfg;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const Tensor3 out = impl.sdpa(q, k, v, cfg);
   // Query 0 sees only key 0: its weight is exp(0)/exp(0) = 1, so the output is v[h, 0, :].
   for (std::size_t h = 0; h < 2; ++h)
@@ -274,20 +399,23 @@ TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   bad_k(1, 2, 3) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, bad_k, v, {}); }, {fn, "k", "non-finite"}));
   AttentionConfig cfg;
-  cfg.mask = Mask2(xt::ones<bool>({4, 4}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask", "[4, 5]"}));
+  cfg.mask.allowed = Mask2(xt::ones<bool>({4, 4}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.allowed", "[4, 5]"}));
   cfg = {};
-  cfg.additive_mask = Tensor2(xt::zeros<float>({4, 5}));
-  (*cfg.additive_mask)(0, 0) = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "additive_mask"}));
+  cfg.mask.bias = Tensor2(xt::zeros<float>({4, 5}));
+  (*cfg.mask.bias)(0, 0) = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.bias"}));
   cfg = {};
   cfg.scale = 0.0;
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
   cfg.scale = 1e39;  // beyond float
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
   cfg = {};
-  cfg.causal = true;
+  cfg.mask.causal = true;
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(k, q, q, cfg); }, {fn, "causal", "seq_q"}));
+  cfg = {};
+  cfg.mask.window = SlidingWindow{-1, 0};
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.window.left", ">= 0"}));
   // Finite, but q . k would overflow float: every backend computes scores in float.
   const Tensor3 huge = q * 1e19f;
   const Tensor3 v4 = xt::ones<float>({2, 4, 6});
@@ -298,9 +426,9 @@ TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, cfg); }, {fn, "q and k", "too large"}));
   // Finite scores plus a finite but huge bias overflow too.
   cfg = {};
-  cfg.additive_mask = Tensor2(xt::zeros<float>({4, 5}));
-  (*cfg.additive_mask)(2, 1) = std::numeric_limits<float>::max();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "additive_mask"}));
+  cfg.mask.bias = Tensor2(xt::zeros<float>({4, 5}));
+  (*cfg.mask.bias)(2, 1) = std::numeric_limits<float>::max();
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "mask.bias"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sdpa)),
@@ -321,7 +449,7 @@ TEST_P(MultiHead, matches_oracle) {
                  rng.normal_matrix(d_model, inner, 0, w_std), rng.normal_matrix(inner, d_model, 0, w_std)};
     const Tensor2 xq = rng.normal_matrix(seq_q, d_model), xkv = rng.normal_matrix(seq_k, d_model);
     AttentionConfig cfg;
-    cfg.causal = heads == 3;
+    cfg.mask.causal = heads == 3;
     const Tensor2 y = impl.mha(xq, xkv, w, heads, cfg);
     // Four chained reductions of length <= 13 on O(1) values.
     const double rtol = 4 * reduction_rtol(seq_k);
@@ -347,10 +475,10 @@ TEST_P(MultiHead, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, bad, 2, {}); }, {fn, "w_v"}));
   // The config is checked before any projection, under this function's name.
   AttentionConfig cfg;
-  cfg.mask = Mask2(xt::ones<bool>({3, 2}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 2, cfg); }, {fn, "mask", "[3, 3]"}));
+  cfg.mask.allowed = Mask2(xt::ones<bool>({3, 2}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.mha(x, x, w, 2, cfg); }, {fn, "mask.allowed", "[3, 3]"}));
   cfg = {};
-  cfg.causal = true;
+  cfg.mask.causal = true;
   EXPECT_TRUE(throws_error_naming([&] { impl.mha(Tensor2(xt::ones<float>({4, 8})), x, w, 2, cfg); }, {fn, "causal"}));
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <numbers>
 #include <algorithm>
@@ -424,14 +425,14 @@ struct OracleResult {
 };
 
 OracleResult positional_attention_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                         const AttentionConfig& cfg) {
+                                         const std::optional<AttentionRope>& rope, const AttentionConfig& cfg) {
   const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2], dv = v.shape()[2];
   const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   DTensor3 qr = xt::cast<double>(q), kr = xt::cast<double>(k);
-  if (cfg.rope) {
-    const long long p0 = cfg.rope->first_position;
-    qr = rope_oracle(q, cfg.rope->freqs, cfg.rope->layout, p0 + static_cast<long long>(nk - nq));
-    kr = rope_oracle(k, cfg.rope->freqs, cfg.rope->layout, p0);
+  if (rope) {
+    const long long p0 = rope->first_position;
+    qr = rope_oracle(q, rope->freqs, rope->layout, p0 + static_cast<long long>(nk - nq));
+    kr = rope_oracle(k, rope->freqs, rope->layout, p0);
   }
   OracleResult r{DTensor3::from_shape({heads, nq, dv}), 0.0};
   for (std::size_t h = 0; h < heads; ++h)
@@ -440,13 +441,13 @@ OracleResult positional_attention_oracle(const Tensor3& q, const Tensor3& k, con
       std::vector<double> s(nk, -std::numeric_limits<double>::infinity());
       double m = -std::numeric_limits<double>::infinity();
       for (std::size_t j = 0; j < nk; ++j) {
-        if (cfg.causal && static_cast<long long>(j) > query_position) continue;
+        if (cfg.mask.causal && static_cast<long long>(j) > query_position) continue;
         double dot = 0.0, magnitude = 0.0;
         for (std::size_t c = 0; c < d; ++c) {
           dot += qr(h, i, c) * kr(h, j, c);
           magnitude += std::fabs(qr(h, i, c) * kr(h, j, c));
         }
-        const double bias = cfg.alibi_slopes ? -(*cfg.alibi_slopes)(h) * std::fabs(static_cast<double>(query_position) -
+        const double bias = cfg.mask.alibi_slopes ? -(*cfg.mask.alibi_slopes)(h) * std::fabs(static_cast<double>(query_position) -
                                                                                     static_cast<double>(j))
                                              : 0.0;
         s[j] = scale * dot + bias;
@@ -489,7 +490,8 @@ TEST_P(PositionalAttention, rope_and_alibi_inside_attention_match_the_oracle) {
     const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
     const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
     AttentionConfig cfg;
-    cfg.causal = c.causal;
+    cfg.mask.causal = c.causal;
+    std::optional<AttentionRope> rope;
     if (c.rope) {
       RopeConfig rc;
       rc.head_dim = static_cast<int>(c.head_dim);
@@ -499,17 +501,18 @@ TEST_P(PositionalAttention, rope_and_alibi_inside_attention_match_the_oracle) {
         rc.rope_scaling.factor = 8;
         rc.rope_scaling.original_max_position_embeddings = 4096;
       }
-      cfg.rope = AttentionRope{ref::rope_frequencies(rc), c.layout, c.first_position};
+      rope = AttentionRope{ref::rope_frequencies(rc), c.layout, c.first_position};
     }
-    if (c.alibi) cfg.alibi_slopes = ref::alibi_slopes(static_cast<int>(c.heads));
-    const OracleResult expected = positional_attention_oracle(q, k, v, cfg);
+    if (c.alibi) cfg.mask.alibi_slopes = ref::alibi_slopes(static_cast<int>(c.heads));
+    const OracleResult expected = positional_attention_oracle(q, k, v, rope, cfg);
     // As in chapter 00: a score is a length-d dot product (plus the bias) with float error
     // ~ eps sqrt(d) M, M = max scale sum |q k| + |bias| after rotation; P V adds a length-seq_k
     // reduction. rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1).
     const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
     const double vmax = xt::amax(xt::abs(v))();
-    EXPECT_TRUE(matches(impl.attention(q, k, v, cfg), expected.out, {rtol * vmax * (2 * expected.score_magnitude + 1), rtol},
-                        {"scaled_dot_product_attention with " + c.label, {"h", "i", "d"}, seed, "",
+    const Tensor3 got = rope ? impl.rope_attention(q, k, v, *rope, cfg) : impl.attention(q, k, v, cfg);
+    EXPECT_TRUE(matches(got, expected.out, {rtol * vmax * (2 * expected.score_magnitude + 1), rtol},
+                        {(rope ? "rope_attention with " : "scaled_dot_product_attention with ") + c.label, {"h", "i", "d"}, seed, "",
                          "query i sits at position p0 + seq_k - seq_q + i, key j at p0 + j; ALiBi adds -m_h |i' - j|"}));
   }
 }
@@ -523,16 +526,16 @@ TEST_P(PositionalAttention, rope_attention_is_unchanged_by_a_common_shift_of_pos
   const Tensor3 q = rng.normal_tensor(2, 6, 16), k = rng.normal_tensor(2, 10, 16), v = rng.normal_tensor(2, 10, 16);
   RopeConfig rc;
   rc.head_dim = 16;
-  AttentionConfig at0;
-  at0.causal = true;
-  at0.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::interleaved, 0};
-  const Tensor3 reference = impl.attention(q, k, v, at0);
+  AttentionConfig causal;
+  causal.mask.causal = true;
+  const AttentionRope at0{ref::rope_frequencies(rc), RopeLayout::interleaved, 0};
+  const Tensor3 reference = impl.rope_attention(q, k, v, at0, causal);
   for (long long shift : {1LL, 100LL, 5000LL}) {
-    AttentionConfig shifted = at0;
-    shifted.rope->first_position = shift;
+    AttentionRope shifted = at0;
+    shifted.first_position = shift;
     // Both runs round differently (cos/sin of different angles): a few float reductions apart.
     const double rtol = tvlab::testing::reduction_rtol(16);
-    EXPECT_TRUE(matches(impl.attention(q, k, v, shifted), xt::eval(xt::cast<double>(reference)), {rtol * 16, rtol},
+    EXPECT_TRUE(matches(impl.rope_attention(q, k, v, shifted, causal), xt::eval(xt::cast<double>(reference)), {rtol * 16, rtol},
                         {"attention with RoPE, positions shifted by " + std::to_string(shift), {"h", "i", "d"}, 23, "",
                          "rotate q and k with the same position origin"}));
   }
@@ -544,25 +547,28 @@ TEST_P(PositionalAttention, rejects_bad_positions_naming_the_parameter) {
   RopeConfig rc;
   rc.head_dim = 8;
   AttentionConfig cfg;
-  cfg.alibi_slopes = ref::alibi_slopes(3);
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes", "heads"}));
-  cfg.alibi_slopes = DTensor1{0.5, std::numeric_limits<double>::quiet_NaN()};
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes"}));
-  cfg.alibi_slopes = DTensor1{0.5, -0.25};
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"alibi_slopes", ">= 0"}));
-  cfg.alibi_slopes.reset();
+  cfg.mask.alibi_slopes = ref::alibi_slopes(3);
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"mask.alibi_slopes", "heads"}));
+  cfg.mask.alibi_slopes = DTensor1{0.5, std::numeric_limits<double>::quiet_NaN()};
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"mask.alibi_slopes"}));
+  cfg.mask.alibi_slopes = DTensor1{0.5, -0.25};
+  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"mask.alibi_slopes", ">= 0"}));
+  cfg.mask.alibi_slopes.reset();
   rc.head_dim = 6;
-  cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"inv_freq", "head_dim / 2"}));
+  AttentionRope rope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_attention(q, k, k, rope, cfg); }, {"inv_freq", "head_dim / 2"}));
   rc.head_dim = 8;
-  cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
-  cfg.rope->freqs.attention_factor = -1.0;
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"attention_factor"}));
-  cfg.rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, -3};
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"rope.first_position"}));
-  cfg.rope->first_position = 0;
+  rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
+  rope.freqs.attention_factor = -1.0;
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_attention(q, k, k, rope, cfg); }, {"attention_factor"}));
+  rope = AttentionRope{ref::rope_frequencies(rc), RopeLayout::half_split, -3};
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_attention(q, k, k, rope, cfg); }, {"rope.first_position"}));
+  rope.first_position = 0;
   const Tensor3 long_q = xt::ones<float>({2, 4, 8});
-  EXPECT_TRUE(throws_error_naming([&] { impl.attention(long_q, k, k, cfg); }, {"seq_q", "seq_k", "positions"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_attention(long_q, k, k, rope, cfg); }, {"seq_q", "seq_k", "positions"}));
+  // The attention's own checks still run, under rope_attention's name.
+  EXPECT_TRUE(throws_error_naming([&] { impl.rope_attention(q, Tensor3(xt::ones<float>({3, 3, 8})), k, rope, cfg); },
+                                  {"rope_attention", "k", "heads"}));
 }
 
 // The exercise program's registry has no attention: nothing to instantiate there.

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -168,25 +169,26 @@ const FlashCase kCases[] = {
     {"tiles of one row and one key", 1, 9, 9, 4, 4, true, 1, 1},
 };
 
-// ln sum_j e^{S_ij} in double, with the causal mask.
+// The same scores as a chapter 00 attention: the scale and the mask of cfg.
+AttentionConfig same_attention(const FlashConfig& cfg) { return {cfg.scale, cfg.mask}; }
+
+// ln sum_j e^{S_ij} in double, with the mask (chapter 00's oracle scores); -inf for a row that sees no key.
 DTensor2 lse_oracle(const Tensor3& q, const Tensor3& k, const FlashConfig& cfg) {
-  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2];
-  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1];
   DTensor2 lse = DTensor2::from_shape({heads, nq});
-  for (std::size_t h = 0; h < heads; ++h)
+  for (std::size_t h = 0; h < heads; ++h) {
+    const DTensor2 s = testing::masked_scores_oracle(q, k, same_attention(cfg), h);
     for (std::size_t i = 0; i < nq; ++i) {
-      std::vector<double> s;
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (cfg.causal && j + nq > i + nk) continue;
-        double dot = 0;
-        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q(h, i, c)) * k(h, j, c);
-        s.push_back(scale * dot);
-      }
       double m = -std::numeric_limits<double>::infinity(), sum = 0;
-      for (double x : s) m = std::max(m, x);
-      for (double x : s) sum += std::exp(x - m);
+      for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s(i, j));
+      if (m == -std::numeric_limits<double>::infinity()) {
+        lse(h, i) = m;
+        continue;
+      }
+      for (std::size_t j = 0; j < nk; ++j) sum += std::exp(s(i, j) - m);
       lse(h, i) = m + std::log(sum);
     }
+  }
   return lse;
 }
 
@@ -199,11 +201,10 @@ TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
     const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
     const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim_v);
     FlashConfig cfg;
-    cfg.causal = c.causal;
+    cfg.mask.causal = c.causal;
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
-    AttentionConfig same;
-    same.causal = c.causal;
+    const AttentionConfig same = same_attention(cfg);
     const FlashOutput got = impl.flash_forward(q, k, v, cfg);
     // As in chapter 00: rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1), K = max(d, seq_k),
     // M = max_ij scale sum |q k| (the size of the terms of a score).
@@ -225,7 +226,7 @@ TEST_P(Flash, tile_sizes_change_the_order_of_the_arithmetic_not_the_result) {
   Rng rng(8);
   const Tensor3 q = rng.normal_tensor(2, 70, 32), k = rng.normal_tensor(2, 70, 32), v = rng.normal_tensor(2, 70, 32);
   FlashConfig whole;
-  whole.causal = true;
+  whole.mask.causal = true;
   whole.block_q = whole.block_k = 1000;  // one tile: the plain softmax
   const FlashOutput reference = impl.flash_forward(q, k, v, whole);
   for (const auto& [bq, bk] : {std::pair<std::size_t, std::size_t>{1, 1}, {7, 5}, {16, 64}, {64, 16}, {70, 70}}) {
@@ -248,19 +249,19 @@ TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
   const Tensor3 x = rng.normal_tensor(1, 256, 16);
   FlashConfig cfg;
   cfg.block_q = cfg.block_k = 64;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   // 4 x 4 tiles: query tile t sees key tiles 0 .. t, so 4 + 3 + 2 + 1 = 10 are computed, 6 skipped.
   const FlashOutput causal = impl.flash_forward(x, x, x, cfg);
   EXPECT_EQ(causal.tiles_computed, 10U);
   EXPECT_EQ(causal.tiles_skipped, 6U);
-  cfg.causal = false;
+  cfg.mask.causal = false;
   const FlashOutput full = impl.flash_forward(x, x, x, cfg);
   EXPECT_EQ(full.tiles_computed, 16U);
   EXPECT_EQ(full.tiles_skipped, 0U);
   // 100 queries over 300 keys (queries are the last 100 positions), tiles of 64: query tile 0
   // (rows 0..63) sees keys up to 263, i.e. key tiles 0..4 of 5; query tile 1 sees all 5.
   const Tensor3 q = rng.normal_tensor(1, 100, 16), k = rng.normal_tensor(1, 300, 16);
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const FlashOutput shifted = impl.flash_forward(q, k, k, cfg);
   EXPECT_EQ(shifted.tiles_computed, 10U);
   EXPECT_EQ(shifted.tiles_skipped, 0U);
@@ -268,6 +269,164 @@ TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
   const FlashOutput finer = impl.flash_forward(q, k, k, cfg);
   EXPECT_EQ(finer.tiles_computed, 19U);
   EXPECT_EQ(finer.tiles_skipped, 1U);
+}
+
+// ------------------------------------------------------------- flash with the mask specification
+
+// A case of AttentionMask for flash attention: the structural parts, the explicit ones (drawn from
+// the seed), and tiles that do not divide the sequences.
+struct FlashMaskCase {
+  std::string label;
+  std::size_t heads, seq_q, seq_k, head_dim;
+  bool causal;
+  CausalAlign align;
+  std::optional<SlidingWindow> window;
+  std::size_t block_q, block_k;
+  bool boolean = false, bias = false, alibi = false;
+};
+
+const FlashMaskCase kMaskCases[] = {
+    {"causal window of 16 keys, seq 100, tiles 16 x 8", 2, 100, 100, 16, true, CausalAlign::bottom_right,
+     SlidingWindow{15, 0}, 16, 8},
+    {"two-sided window 5 + 9, 37 queries over 53 keys, tiles 8 x 16", 2, 37, 53, 16, false, CausalAlign::bottom_right,
+     SlidingWindow{5, 9}, 8, 16},
+    {"top-left causal, 40 queries over 70 keys, tiles 16 x 16", 2, 40, 70, 16, true, CausalAlign::top_left, std::nullopt,
+     16, 16},
+    {"top-left causal, 70 queries over 40 keys, tiles 16 x 16", 2, 70, 40, 16, true, CausalAlign::top_left, std::nullopt,
+     16, 16},
+    {"top-left window 3 + 2, 30 queries over 12 keys (the last rows see nothing), tiles 8 x 4", 1, 30, 12, 8, false,
+     CausalAlign::top_left, SlidingWindow{3, 2}, 8, 4},
+    {"boolean mask, causal, 33 x 33, tiles 8 x 8", 2, 33, 33, 16, true, CausalAlign::bottom_right, std::nullopt, 8, 8,
+     true},
+    {"ALiBi, 24 queries over 48 keys, tiles 8 x 16", 4, 24, 48, 16, false, CausalAlign::bottom_right, std::nullopt, 8, 16,
+     false, false, true},
+    {"bias with -inf, window 6 + 6, 29 x 31, tiles 4 x 8", 2, 29, 31, 16, false, CausalAlign::bottom_right,
+     SlidingWindow{6, 6}, 4, 8, false, true},
+};
+
+FlashConfig make_masked_config(const FlashMaskCase& c, Rng& rng) {
+  FlashConfig cfg;
+  cfg.block_q = c.block_q;
+  cfg.block_k = c.block_k;
+  cfg.mask.causal = c.causal;
+  cfg.mask.causal_align = c.align;
+  cfg.mask.window = c.window;
+  if (c.boolean) {
+    Mask2 allowed = Mask2::from_shape({c.seq_q, c.seq_k});
+    for (auto& a : allowed) a = rng.uniform() < 0.75;
+    for (std::size_t j = 0; j < c.seq_k; ++j) allowed(c.seq_q / 2, j) = false;  // a row that sees nothing
+    cfg.mask.allowed = allowed;
+  }
+  if (c.bias) {
+    Tensor2 bias = rng.normal_matrix(c.seq_q, c.seq_k);
+    for (std::size_t i = 0; i < c.seq_q; ++i) bias(i, (3 * i) % c.seq_k) = kNegInf;
+    cfg.mask.bias = bias;
+  }
+  if (c.alibi) {
+    DTensor1 slopes = DTensor1::from_shape({c.heads});
+    for (std::size_t h = 0; h < c.heads; ++h) slopes(h) = std::pow(2.0, -static_cast<double>(h + 1));
+    cfg.mask.alibi_slopes = slopes;
+  }
+  return cfg;
+}
+
+TEST_P(Flash, masks_match_the_oracle_or_are_refused_naming_the_part) {
+  const Backend& impl = GetParam();
+  for (const FlashMaskCase& c : kMaskCases) {
+    const std::uint64_t seed = 700 + c.seq_q * 3 + c.seq_k;
+    Rng rng(seed);
+    const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const FlashConfig cfg = make_masked_config(c, rng);
+    const std::string missing = testing::first_unsupported_part(cfg.mask, impl.caps.masks);
+    if (!missing.empty()) {  // refused before any device work: runs without a GPU too
+      EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(q, k, v, cfg); },
+                                      {"flash_attention_forward", "mask." + missing, "not supported"}))
+          << c.label;
+      continue;
+    }
+    if (unavailable_reason(impl.caps)) continue;
+    const FlashOutput got = impl.flash_forward(q, k, v, cfg);
+    const AttentionConfig same = same_attention(cfg);
+    // As in forward_matches_the_attention_oracle_and_its_log_sum_exp, M including the bias terms.
+    const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
+    const double vmax = xt::amax(xt::abs(v))();
+    const double magnitude = testing::score_magnitude(q, k, same);
+    EXPECT_TRUE(matches(got.out, testing::sdpa_oracle(q, k, v, same), {rtol * vmax * (2 * magnitude + 1), rtol},
+                        {"flash_attention_forward, " + c.label, {"h", "i", "d"}, seed, "",
+                         "a key tile may be skipped only when the mask hides it from every row of the query tile"}));
+    EXPECT_TRUE(matches(got.lse, lse_oracle(q, k, cfg), {rtol * (magnitude + 1), 0.0},
+                        {"log-sum-exp, " + c.label, {"h", "i"}, seed, "", "a row that sees no key has L = -inf"}));
+  }
+}
+
+// Counts (query tile, key tile) pairs from the definition: a pair is needed when some query of
+// the tile may see some key of it under the causal rule and the window.
+std::pair<std::size_t, std::size_t> tiles_needed(const AttentionMask& mask, std::size_t seq_q, std::size_t seq_k,
+                                                 std::size_t bq, std::size_t bk) {
+  std::size_t needed = 0, total = 0;
+  for (std::size_t r0 = 0; r0 < seq_q; r0 += bq)
+    for (std::size_t c0 = 0; c0 < seq_k; c0 += bk) {
+      ++total;
+      bool any = false;
+      for (std::size_t i = r0; i < std::min(seq_q, r0 + bq) && !any; ++i)
+        for (std::size_t j = c0; j < std::min(seq_k, c0 + bk) && !any; ++j) any = testing::mask_allows_oracle(mask, seq_q, seq_k, i, j);
+      needed += any ? 1 : 0;
+    }
+  return {needed, total - needed};
+}
+
+TEST_P(Flash, windows_and_top_left_causal_skip_the_key_tiles_they_hide) {
+  const Backend& impl = GetParam();
+  if (impl.name == "cuda_rowwise") GTEST_SKIP() << "one thread per query row: no tiles to count";
+  Rng rng(10);
+  struct TileCase {
+    std::string label;
+    std::size_t seq_q, seq_k, bq, bk;
+    bool causal;
+    CausalAlign align;
+    std::optional<SlidingWindow> window;
+    std::size_t computed, skipped;  // counted by hand in the comments
+  };
+  const TileCase cases[] = {
+      // Query tile t (rows 32t .. 32t + 31) sees keys 32t - 63 .. 32t + 31: key tiles t - 2, t - 1, t.
+      // Tiles 0 and 1 have 1 and 2 of them, tiles 2 .. 7 three each: 21 of 64 computed.
+      {"causal window of 64 keys, n 256, tiles 32", 256, 256, 32, 32, true, CausalAlign::bottom_right,
+       SlidingWindow{63, 0}, 21, 43},
+      // Query tile t (rows 64t .. 64t + 63) sees keys 64t - 16 .. 64t + 79: key tiles t - 1 .. t + 1,
+      // clipped: 2 + 3 + 3 + 2 = 10 of 16.
+      {"two-sided window 16 + 16, n 256, tiles 64", 256, 256, 64, 64, false, CausalAlign::bottom_right,
+       SlidingWindow{16, 16}, 10, 6},
+      // Top-left: query i sees keys 0 .. i. Tile 0 (rows 0 .. 63) needs key tile 0 of 5; tile 1
+      // (rows 64 .. 99) key tiles 0 and 1: 3 of 10 (bottom-right would compute all 10).
+      {"top-left causal, 100 queries over 300 keys, tiles 64", 100, 300, 64, 64, true, CausalAlign::top_left,
+       std::nullopt, 3, 7},
+      // Window 0 + 0, top-left: query i sees key i only, so rows 40 .. 99 see nothing. Query tile 0
+      // needs key tiles 0, 1 (of 16 keys); tile 1 (rows 32 .. 63) key tile 2; tiles 2 and 3 none: 3 of 12.
+      {"top-left diagonal window, 100 queries over 40 keys, tiles 32 x 16", 100, 40, 32, 16, false,
+       CausalAlign::top_left, SlidingWindow{0, 0}, 3, 9},
+  };
+  for (const TileCase& c : cases) {
+    const Tensor3 q = rng.normal_tensor(1, c.seq_q, 16), k = rng.normal_tensor(1, c.seq_k, 16);
+    FlashConfig cfg;
+    cfg.block_q = c.bq;
+    cfg.block_k = c.bk;
+    cfg.mask.causal = c.causal;
+    cfg.mask.causal_align = c.align;
+    cfg.mask.window = c.window;
+    const auto [needed, hidden] = tiles_needed(cfg.mask, c.seq_q, c.seq_k, c.bq, c.bk);
+    ASSERT_EQ(needed, c.computed) << c.label << ": the hand count disagrees with the definition";
+    ASSERT_EQ(hidden, c.skipped) << c.label;
+    const std::string missing = testing::first_unsupported_part(cfg.mask, impl.caps.masks);
+    if (!missing.empty()) {
+      EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(q, k, k, cfg); }, {"mask." + missing})) << c.label;
+      continue;
+    }
+    if (unavailable_reason(impl.caps)) continue;
+    const FlashOutput r = impl.flash_forward(q, k, k, cfg);
+    EXPECT_EQ(r.tiles_computed, c.computed) << c.label;
+    EXPECT_EQ(r.tiles_skipped, c.skipped) << c.label;
+  }
 }
 
 TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
@@ -283,7 +442,7 @@ TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(wide, wide, x, {}); }, {"head_dim", "256"}));
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, wide, {}); }, {"head_dim_v", "256"}));
   cfg = {};
-  cfg.causal = true;
+  cfg.mask.causal = true;
   const Tensor3 short_k = xt::ones<float>({1, 2, 8});
   EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, short_k, short_k, cfg); }, {"seq_q", "seq_k"}));
   Tensor3 bad = x;
@@ -321,26 +480,23 @@ struct DoubleGrads {
   DTensor3 dq, dk, dv;
 };
 
-DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& dout, bool causal) {
+DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& dout,
+                            const AttentionConfig& cfg) {
   const std::size_t heads = q.shape()[0], nq = q.shape()[1], nk = k.shape()[1], d = q.shape()[2], dv = v.shape()[2];
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   DoubleGrads g{xt::zeros<double>({heads, nq, d}), xt::zeros<double>({heads, nk, d}), xt::zeros<double>({heads, nk, dv})};
-  for (std::size_t h = 0; h < heads; ++h)
+  for (std::size_t h = 0; h < heads; ++h) {
+    const DTensor2 s = testing::masked_scores_oracle(q, k, cfg, h);  // -inf where the mask hides a key
     for (std::size_t i = 0; i < nq; ++i) {
       std::vector<double> p(nk, 0.0), dp(nk, 0.0);
       double m = -std::numeric_limits<double>::infinity();
-      for (std::size_t j = 0; j < nk; ++j) {
-        if (causal && j + nq > i + nk) continue;
-        double dot = 0;
-        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q(h, i, c)) * k(h, j, c);
-        p[j] = scale * dot;
-        m = std::max(m, p[j]);
-      }
+      for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s(i, j));
+      if (m == -std::numeric_limits<double>::infinity()) continue;  // sees no key: no gradient
       double l = 0;
-      for (std::size_t j = 0; j < nk; ++j) l += (causal && j + nq > i + nk) ? 0.0 : std::exp(p[j] - m);
+      for (std::size_t j = 0; j < nk; ++j) l += std::exp(s(i, j) - m);
       double weighted = 0;  // rowsum(dP o P)
       for (std::size_t j = 0; j < nk; ++j) {
-        p[j] = (causal && j + nq > i + nk) ? 0.0 : std::exp(p[j] - m) / l;
+        p[j] = std::exp(s(i, j) - m) / l;
         for (std::size_t c = 0; c < dv; ++c) dp[j] += static_cast<double>(dout(h, i, c)) * v(h, j, c);
         weighted += dp[j] * p[j];
       }
@@ -353,6 +509,7 @@ DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v
         }
       }
     }
+  }
   return g;
 }
 
@@ -366,13 +523,13 @@ TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrice
     const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
     const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim_v), dout = rng.normal_tensor(c.heads, c.seq_q, c.head_dim_v);
     FlashConfig cfg;
-    cfg.causal = c.causal;
+    cfg.mask.causal = c.causal;
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
     // The forward pass of the reference supplies out and lse (the backward's inputs).
     const FlashOutput fwd = reference_backend(backends()).flash_forward(q, k, v, cfg);
     const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
-    const DoubleGrads want = gradient_oracle(q, k, v, dout, c.causal);
+    const DoubleGrads want = gradient_oracle(q, k, v, dout, same_attention(cfg));
     // Each gradient is a sum over up to seq_k (or seq_q) terms of products of O(1) values whose
     // inputs (out, lse) carry float rounding: rtol = 10 eps sqrt(K), atol = rtol times the largest
     // magnitude of the gradient (cancellation in dS = P (dP - D) makes relative error meaningless
@@ -399,11 +556,10 @@ TEST_P(FlashBackward, agrees_with_finite_differences_of_the_forward_pass) {
   const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 12, 8), v = rng.normal_tensor(2, 12, 8);
   const Tensor3 dout = rng.normal_tensor(2, 9, 8);
   FlashConfig cfg;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   cfg.block_q = 4;
   cfg.block_k = 5;
-  AttentionConfig same;
-  same.causal = true;
+  const AttentionConfig same = same_attention(cfg);
   const FlashOutput fwd = reference_backend(backends()).flash_forward(q, k, v, cfg);
   const FlashGrads g = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
   auto loss = [&](const Tensor3& qq, const Tensor3& kk, const Tensor3& vv) {
@@ -461,6 +617,40 @@ TEST_P(FlashBackward, rejects_bad_input_naming_the_parameter) {
     cfg.block_q = 2 * limit;
     EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(long_x, long_x, long_x, long_x, long_lse, long_x, cfg); },
                                     {"block_q", std::to_string(limit)}));
+  }
+}
+
+TEST_P(FlashBackward, masks_match_the_gradient_oracle_or_are_refused_naming_the_part) {
+  const Backend& impl = GetParam();
+  for (const FlashMaskCase& c : kMaskCases) {
+    const std::uint64_t seed = 900 + c.seq_q * 3 + c.seq_k;
+    Rng rng(seed);
+    const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
+    const Tensor3 v = rng.normal_tensor(c.heads, c.seq_k, c.head_dim), dout = rng.normal_tensor(c.heads, c.seq_q, c.head_dim);
+    const FlashConfig cfg = make_masked_config(c, rng);
+    // The reference's forward pass supplies out and lse (it implements every part).
+    const FlashOutput fwd = reference_backend(backends()).flash_forward(q, k, v, cfg);
+    const std::string missing = testing::first_unsupported_part(cfg.mask, impl.caps.masks);
+    if (!missing.empty()) {
+      EXPECT_TRUE(throws_error_naming([&] { impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg); },
+                                      {"flash_attention_backward", "mask." + missing, "not supported"}))
+          << c.label;
+      continue;
+    }
+    if (unavailable_reason(impl.caps)) continue;
+    const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
+    const DoubleGrads want = gradient_oracle(q, k, v, dout, same_attention(cfg));
+    // As in matches_the_gradient_of_attention_through_the_full_matrices.
+    const double rtol = tvlab::testing::reduction_rtol(std::max({c.head_dim, c.seq_k, c.seq_q}));
+    auto check = [&](const Tensor3& g, const DTensor3& w, const std::string& name) {
+      const double size = std::max(1.0, static_cast<double>(xt::amax(xt::abs(w))()));
+      EXPECT_TRUE(matches(g, w, {10 * rtol * size, rtol},
+                          {"flash_attention_backward " + name + ", " + c.label, {"h", "i", "d"}, seed, "",
+                           "a key tile is hidden from a query tile only when the mask hides all its pairs"}));
+    };
+    check(got.dq, want.dq, "dq");
+    check(got.dk, want.dk, "dk");
+    check(got.dv, want.dv, "dv");
   }
 }
 

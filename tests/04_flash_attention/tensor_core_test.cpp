@@ -101,7 +101,7 @@ TEST(Ch04SixteenBitInputs, emulation_with_one_key_tile_equals_the_whole_row_orac
     for (const bool causal : {false, true}) {
       FlashConfig cfg;
       cfg.inputs = f.inputs;
-      cfg.causal = causal;
+      cfg.mask.causal = causal;
       cfg.block_q = 16;
       cfg.block_k = 128;  // one key tile holds all 70 keys
       // Both sides compute in double on the same 16-bit values; they differ by the order of the
@@ -224,7 +224,7 @@ TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_computes_what_the_reference_e
       const Inputs in = random_inputs(40 + c.seq_k, c.heads, c.seq_q, c.seq_k, c.head_dim, c.head_dim_v);
       FlashConfig cfg;
       cfg.inputs = f.inputs;
-      cfg.causal = c.causal;
+      cfg.mask.causal = c.causal;
       cfg.block_q = c.block_q;
       cfg.block_k = c.block_k;
       const FlashOutput got = cuda::flash_attention_forward_tensor_core(in.q, in.k, in.v, cfg);
@@ -234,7 +234,7 @@ TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_computes_what_the_reference_e
       // 2u max|v| in O. fp16 weights below 2^-14 are subnormal, spaced 2^-24 apart: n_k 2^-24
       // max|v| more. The kernel's fp32 scores add chapter 00's float term rtol max|v| (2M + 1).
       AttentionConfig same;
-      same.causal = c.causal;
+      same.mask.causal = c.causal;
       const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
       const double vmax = xt::amax(xt::abs(in.v))();
       const double magnitude = testing::score_magnitude(in.q, in.k, same);
@@ -256,11 +256,11 @@ TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_keeps_flash_attentions_accura
   for (const Format& f : kFormats)
     for (const bool causal : {false, true}) {
       AttentionConfig same;
-      same.causal = causal;
+      same.mask.causal = causal;
       const DTensor3 exact = testing::sdpa_oracle(in.q, in.k, in.v, same);
       FlashConfig cfg;
       cfg.inputs = f.inputs;
-      cfg.causal = causal;
+      cfg.mask.causal = causal;
       const double flash = max_abs_error(cuda::flash_attention_forward_tensor_core(in.q, in.k, in.v, cfg).out, exact);
       Tensor3 naive_out = Tensor3::from_shape(in.q.shape());
       const DTensor3 naive_d = attention_on_16_bit_values(in.q, in.k, in.v, f.inputs, causal, /*naive=*/true);
@@ -281,7 +281,7 @@ TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_skips_the_tiles_above_the_dia
   FlashConfig cfg;
   cfg.inputs = FlashInputs::bf16;
   cfg.block_q = cfg.block_k = 64;
-  cfg.causal = true;
+  cfg.mask.causal = true;
   // 4 x 4 tiles: query tile t sees key tiles 0 .. t, so 4 + 3 + 2 + 1 = 10 are computed, 6 skipped.
   const FlashOutput causal = cuda::flash_attention_forward_tensor_core(x, x, x, cfg);
   EXPECT_EQ(causal.tiles_computed, 10U);

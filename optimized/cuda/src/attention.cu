@@ -10,8 +10,9 @@ namespace {
 constexpr int kThreads = 256;
 
 // One block per row of `rows` = heads * seq_q. Each thread strides over the columns.
-// Mask rule as in attention_allowed(): causal forbids j > i + (seq_k - seq_q); mask[i, j] == 0
-// forbids; additive_mask[i, j] is added first. A fully masked row becomes zeros.
+// Mask rule as AttentionMask::allows() with the bottom-right alignment (cuda::kAttentionMaskSupport):
+// causal forbids j > i + (seq_k - seq_q); mask[i, j] == 0 forbids; additive_mask[i, j] (the mask's
+// bias) is added first. A fully masked row becomes zeros.
 // ALiBi (chapter 02): slopes[h] != nullptr adds -m_h |i' - j| with i' = i + cols - seq_q.
 __global__ void masked_softmax_kernel(float* x, int seq_q, int cols, bool causal, const unsigned char* mask,
                                       const float* additive, const float* slopes) {

@@ -11,6 +11,7 @@
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
+#include "attention_run.hpp"
 #include "attention_shapes.hpp"
 #include "tvlab/cuda/softmax.hpp"
 #include "tvlab/opt/rope.hpp"
@@ -27,34 +28,35 @@ Tensor2 softmax(const Tensor2& x) {
   return y;
 }
 
-Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                     const AttentionConfig& cfg) {
-  const double scale = validate_attention("scaled_dot_product_attention", q, k, v, cfg);
-  auto args = attention_shapes<device::AttentionArgs>(q, k, v, scale, cfg.causal);
+namespace detail {
+
+Tensor3 run_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg, double scale,
+                      const AttentionRope* rope) {
+  const AttentionMask& mask = cfg.mask;
+  auto args = attention_shapes<device::AttentionArgs>(q, k, v, scale, mask.causal);
 
   DeviceBuffer<float> dq(q.data(), q.size()), dk(k.data(), k.size()), dv(v.data(), v.size());
   DeviceBuffer<float> dout(args.heads * args.seq_q * args.head_dim_v);
   DeviceBuffer<float> scores(args.heads * args.seq_q * args.seq_k);
-  DeviceBuffer<unsigned char> mask;
-  DeviceBuffer<float> additive;
-  if (cfg.mask) {
-    std::vector<unsigned char> bytes(cfg.mask->begin(), cfg.mask->end());
-    mask = DeviceBuffer<unsigned char>(bytes.data(), bytes.size());
+  DeviceBuffer<unsigned char> allowed;
+  DeviceBuffer<float> bias;
+  if (mask.allowed) {
+    std::vector<unsigned char> bytes(mask.allowed->begin(), mask.allowed->end());
+    allowed = DeviceBuffer<unsigned char>(bytes.data(), bytes.size());
   }
-  if (cfg.additive_mask) additive = DeviceBuffer<float>(cfg.additive_mask->data(), cfg.additive_mask->size());
+  if (mask.bias) bias = DeviceBuffer<float>(mask.bias->data(), mask.bias->size());
   // Chapter 02: ALiBi slopes go to the softmax kernel; RoPE rotates the device copies of q and k
   // in place (table in double on the host, covering the key positions; query i uses row seq_k - seq_q + i).
   DeviceBuffer<float> slopes, dcos, dsin;  // live until the function returns, after every launch
-  if (cfg.alibi_slopes) {
-    const std::vector<float> m(cfg.alibi_slopes->begin(), cfg.alibi_slopes->end());
+  if (mask.alibi_slopes) {
+    const std::vector<float> m(mask.alibi_slopes->begin(), mask.alibi_slopes->end());
     slopes = DeviceBuffer<float>(m.data(), m.size());
   }
-  if (cfg.rope) {
-    const opt::RopeCache cache =
-        opt::make_rope_cache(cfg.rope->freqs, cfg.rope->first_position, static_cast<long long>(args.seq_k));
+  if (rope) {
+    const opt::RopeCache cache = opt::make_rope_cache(rope->freqs, rope->first_position, static_cast<long long>(args.seq_k));
     dcos = DeviceBuffer<float>(cache.cos.data(), cache.cos.size());
     dsin = DeviceBuffer<float>(cache.sin.data(), cache.sin.size());
-    const bool interleaved = cfg.rope->layout == RopeLayout::interleaved;
+    const bool interleaved = rope->layout == RopeLayout::interleaved;
     const std::size_t query_row = (args.seq_k - args.seq_q) * cache.pairs;
     device::apply_rope_inplace(dq.get(), args.heads * args.seq_q, args.seq_q, args.head_dim, dcos.get() + query_row,
                                dsin.get() + query_row, interleaved);
@@ -66,14 +68,23 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
   args.v = dv.get();
   args.out = dout.get();
   args.scores = scores.get();
-  args.mask = mask.get();
-  args.additive_mask = additive.get();
+  args.mask = allowed.get();
+  args.additive_mask = bias.get();
   args.alibi_slopes = slopes.get();
   device::scaled_dot_product_attention(args);
 
   Tensor3 out = Tensor3::from_shape({args.heads, args.seq_q, args.head_dim_v});
   dout.download(out.data());
   return out;
+}
+
+}  // namespace detail
+
+Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                     const AttentionConfig& cfg) {
+  const double scale = validate_attention("scaled_dot_product_attention", q, k, v, cfg);
+  require_supported("scaled_dot_product_attention", cfg.mask, kAttentionMaskSupport);
+  return detail::run_attention(q, k, v, cfg, scale, nullptr);
 }
 
 Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,

@@ -41,7 +41,8 @@ FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Flas
   const char* fn = "flash_attention_forward";
   const double scale = validate_flash(fn, q, k, v, cfg);
   require_fp32_flash(fn, cfg);
-  auto args = attention_shapes<device::FlashArgs>(q, k, v, scale, cfg.causal);
+  require_supported(fn, cfg.mask, kFlashMaskSupport);
+  auto args = attention_shapes<device::FlashArgs>(q, k, v, scale, cfg.mask.causal);
   // Tiles never larger than the sequences (as the CPU versions), and key tiles no larger than the
   // device's shared memory allows.
   args.block_q = std::min(cfg.block_q, args.seq_q);
@@ -78,12 +79,13 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   const double scale = validate_flash(fn, q, k, v, cfg);
   require(cfg.inputs == FlashInputs::fp16 || cfg.inputs == FlashInputs::bf16, fn, "cfg.inputs = ",
           to_string(cfg.inputs), ": tensor cores multiply 16-bit inputs; set cfg.inputs to fp16 or bf16");
+  require_supported(fn, cfg.mask, kFlashMaskSupport);
   require(cfg.block_q % 16 == 0 && cfg.block_q <= 128, fn, "block_q (", cfg.block_q,
           ") must be a multiple of 16 (the MMA tile) and <= 128 (one warp per 16 rows, 8 warps at most)");
   require(cfg.block_k % 16 == 0, fn, "block_k (", cfg.block_k, ") must be a multiple of 16 (the MMA tile)");
   const int capability = device::compute_capability();
   require(capability >= 80, fn, "needs a device of compute capability 8.0 or later (bf16 WMMA), found ", capability);
-  auto args = attention_shapes<device::FlashTensorCoreArgs>(q, k, v, scale, cfg.causal);
+  auto args = attention_shapes<device::FlashTensorCoreArgs>(q, k, v, scale, cfg.mask.causal);
   args.bf16 = cfg.inputs == FlashInputs::bf16;
   // Tiles no larger than the sequences (rounded up to the MMA tile), then shrunk 16 rows at a
   // time, the larger one first (the key tile on a tie), until one block's shared memory fits.
@@ -118,7 +120,8 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
   const char* fn = "flash_attention_backward";
   const double scale = validate_flash_backward(fn, q, k, v, out, lse, dout, cfg);
-  auto args = attention_shapes<device::FlashBackwardArgs>(q, k, v, scale, cfg.causal);
+  require_supported(fn, cfg.mask, kFlashMaskSupport);
+  auto args = attention_shapes<device::FlashBackwardArgs>(q, k, v, scale, cfg.mask.causal);
   // One thread per row in both passes: tiles no larger than the sequences and 1024 rows, and
   // each pass's staged tile no larger than the device's shared memory allows.
   args.block_q = std::min(cfg.block_q, args.seq_q);

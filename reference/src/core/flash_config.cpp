@@ -45,10 +45,7 @@ double validate_flash(const char* fn, const Tensor3& q, const Tensor3& k, const 
           "cfg.inputs has an unknown value");
   require(cfg.fp8 == Fp8Scaling::none || cfg.inputs == FlashInputs::fp32, fn, "cfg.fp8 and cfg.inputs (", to_string(cfg.inputs),
           ") both set a low-precision format: choose one");
-  AttentionConfig attention;
-  attention.causal = cfg.causal;
-  attention.scale = cfg.scale;
-  const double scale = validate_attention(fn, q, k, v, attention);
+  const double scale = validate_attention(fn, q, k, v, cfg.scale, cfg.mask);
   require(q.shape()[2] <= kFlashMaxHeadDim, fn, "head_dim (", q.shape()[2], ") must be <= ", kFlashMaxHeadDim);
   require(v.shape()[2] <= kFlashMaxHeadDim, fn, "head_dim_v (", v.shape()[2], ") must be <= ", kFlashMaxHeadDim);
   if (cfg.inputs == FlashInputs::fp16) {

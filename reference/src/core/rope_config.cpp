@@ -62,4 +62,13 @@ void validate_rope_frequencies(const char* fn, const RopeFrequencies& freqs, std
           fn, "freqs.attention_factor (", freqs.attention_factor, ") must be positive and representable in float");
 }
 
+double validate_attention_rope(const char* fn, const AttentionRope& rope, std::size_t seq_q, std::size_t seq_k,
+                               std::size_t head_dim) {
+  require(seq_q <= seq_k, fn, "attention with RoPE positions needs seq_q (", seq_q, ") <= seq_k (", seq_k,
+          "): the queries are the last seq_q of the seq_k positions");
+  validate_rope_frequencies(fn, rope.freqs, head_dim);
+  require(rope.first_position >= 0, fn, "rope.first_position (", rope.first_position, ") must be >= 0");
+  return std::sqrt(2.0) * rope.freqs.attention_factor;
+}
+
 }  // namespace tvlab

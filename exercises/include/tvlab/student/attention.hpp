@@ -8,6 +8,10 @@
 
 namespace tvlab::student {
 
+/// The parts of `AttentionConfig::mask` the worked solution implements: all of them, through
+/// `AttentionMask::allows` and `AttentionMask::score_bias`.
+inline constexpr MaskSupport kAttentionMaskSupport = kFullMaskSupport;
+
 /// @ingroup ch00
 Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                      const AttentionConfig& cfg = {});

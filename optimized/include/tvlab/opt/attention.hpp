@@ -11,22 +11,25 @@
 
 namespace tvlab::opt {
 
+/// The parts of `AttentionConfig::mask` every version implements: all of them (the causal rule
+/// and the window as a key range per row, the bias and ALiBi added in float, the boolean mask).
+inline constexpr MaskSupport kAttentionMaskSupport = kFullMaskSupport;
+
 /// @ingroup ch00
 /// Version 1: the reference's loops in float, reordered for the hardware. Scores are float dot
 /// products (`omp simd`), the softmax is `softmax_row_inplace`, and \f$ O_i = \sum_j P_{ij} V_j \f$
 /// is accumulated row by row (an axpy over contiguous memory that vectorises), with threads over
-/// (head, query) rows. No n x n buffer: one `seq_k` row per thread. With `cfg.rope`, q and k are
-/// rotated by `opt::apply_rope` in a pass of their own first; ALiBi's bias is added per score.
+/// (head, query) rows. No n x n buffer: one `seq_k` row per thread. The mask is applied per
+/// score (`AttentionMask::allows`, then the bias and ALiBi's \f$ -m_h|i' - j| \f$ in float).
 /// Same contract as the reference.
 Tensor3 scaled_dot_product_attention_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                         const AttentionConfig& cfg = {});
 
 /// @ingroup ch00
 /// Version 2: both products as OpenBLAS SGEMMs (cache blocking and FMA micro-kernels that plain
-/// loops cannot match), the softmax in place on the score matrix, threads over heads. With
-/// `cfg.rope`, RoPE is fused into the load: each thread rotates its head's q and k from one
-/// cos/sin cache while copying them into private buffers that the SGEMM then reads (no rotated
-/// copy of the whole tensors). ALiBi's bias is added in the mask pass. This is what
+/// loops cannot match), the softmax in place on the score matrix, threads over heads. The mask is
+/// one pass over each score row: -inf outside `AttentionMask::key_range` (causal, window), the
+/// bias and ALiBi added inside it, then the boolean mask. This is what
 /// `scaled_dot_product_attention` runs.
 Tensor3 scaled_dot_product_attention_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                         const AttentionConfig& cfg = {});

@@ -11,6 +11,12 @@
 
 namespace tvlab::opt {
 
+/// The parts of `FlashConfig::mask` every forward and backward version implements: the
+/// structural ones, causal (both alignments) and the sliding window, as a key range per row
+/// (`AttentionMask::key_range`) whose tiles outside it are skipped. The boolean mask, the bias and
+/// ALiBi are refused (`require_supported`).
+inline constexpr MaskSupport kFlashMaskSupport{.causal = true, .top_left = true, .window = true};
+
 /// @ingroup ch04
 /// Version 1: the reference's tiled loops in float, reordered for the hardware. Each
 /// (head, query tile) is an independent task (OpenMP threads over them); its running maximum,
@@ -18,7 +24,9 @@ namespace tvlab::opt {
 /// score tile in \f$ B_r B_c \f$ floats, so no `[seq_q, seq_k]` buffer exists anywhere. Dot products
 /// and the \f$ \tilde P V \f$ accumulation are contiguous `omp simd` loops. Same contract as the
 /// reference (output, log-sum-exp, tile counts), except FP8 emulation (`cfg.fp8`), which only the
-/// reference implements: a `tvlab::Error` naming `cfg.fp8`.
+/// reference implements: a `tvlab::Error` naming `cfg.fp8`, and the mask parts outside
+/// `kFlashMaskSupport`. A query tile visits only the key tiles of `mask.key_range_of_rows`, and
+/// in each a row only the columns of its own key range.
 FlashOutput flash_attention_forward_v1(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                        const FlashConfig& cfg = {});
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "tvlab/core/attention_mask.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab {
@@ -26,13 +27,15 @@ enum class Fp8Scaling { none, per_tensor, per_block };
 /// what `cuda::flash_attention_forward_tensor_core` computes and what the reference emulates.
 enum class FlashInputs { fp32, fp16, bf16 };
 
-/// What flash attention computes (the same scores as chapter 00's attention with `causal` and
-/// `scale`) and how it tiles the work: query tiles of `block_q` rows (\f$ B_r \f$ in the papers),
-/// key/value tiles of `block_k` rows (\f$ B_c \f$). The tiles change the order of the arithmetic,
-/// never the result.
+/// What flash attention computes (the same scores as chapter 00's attention with the same
+/// `scale` and `mask`) and how it tiles the work: query tiles of `block_q` rows (\f$ B_r \f$ in
+/// the papers), key/value tiles of `block_k` rows (\f$ B_c \f$). The tiles change the order of the
+/// arithmetic, never the result.
 struct FlashConfig {
-  bool causal = false;          ///< query i sees keys j <= i + (seq_k - seq_q), as in chapter 00
   std::optional<double> scale;  ///< default \f$ 1/\sqrt{d_k} \f$
+  /// Which keys each query sees and what is added to its scores, as in chapter 00. Key tiles
+  /// outside `mask.key_range_of_rows` of a query tile (causal, window) are skipped whole.
+  AttentionMask mask;
   std::size_t block_q = 128;    ///< \f$ B_r \f$: query rows per tile
   std::size_t block_k = 128;    ///< \f$ B_c \f$: key/value rows per tile
   Fp8Scaling fp8 = Fp8Scaling::none;  ///< FP8 (E4M3) emulation; implemented by the reference only
@@ -49,7 +52,7 @@ struct FlashOutput {
   /// query that sees no key.
   Tensor2 lse;
   std::size_t tiles_computed = 0;  ///< (query tile, key tile) pairs whose scores were formed
-  std::size_t tiles_skipped = 0;   ///< pairs skipped whole because the causal mask hides them
+  std::size_t tiles_skipped = 0;   ///< pairs skipped whole because the causal rule or the window hides them
 };
 
 /// Gradients of a scalar loss with respect to q, k, v (same shapes as q, k, v).

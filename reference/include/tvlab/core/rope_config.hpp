@@ -41,6 +41,17 @@ struct RopeFrequencies {
   double attention_factor = 1.0;
 };
 
+/// Rotary position embedding applied to q and k before attention (chapter 02's
+/// `rope_attention`; attention itself does not own positions, so that a model may rotate part of
+/// each head only, as MLA does). Key j sits at position \f$ p_0 + j \f$ and query i at
+/// \f$ p_0 + (n_k - n_q) + i \f$: the queries are the last \f$ n_q \f$ of the \f$ n_k \f$
+/// positions, as with a KV cache.
+struct AttentionRope {
+  RopeFrequencies freqs;                       ///< from `rope_frequencies(cfg)`
+  RopeLayout layout = RopeLayout::half_split;  ///< which coordinates form a pair
+  long long first_position = 0;                ///< \f$ p_0 \f$, the position of key 0
+};
+
 /// Checks a RoPE configuration for `function` (head_dim even and positive, theta > 1, factor >= 1,
 /// a known rope_type, beta_fast > beta_slow > 0, lengths positive) and throws `tvlab::Error` naming
 /// the field.
@@ -59,5 +70,12 @@ void validate_rope_input(const char* function, const Tensor3& x, const RopeFrequ
 /// by attention with RoPE): head_dim even, inv_freq of length head_dim / 2 and finite, a positive
 /// attention factor.
 void validate_rope_frequencies(const char* function, const RopeFrequencies& freqs, std::size_t head_dim);
+
+/// Checks `rope` for attention of seq_q queries over seq_k keys of head_dim coordinates (the
+/// frequencies as `validate_rope_frequencies`, `rope.first_position` >= 0, and seq_q <= seq_k: the
+/// queries are the last seq_q positions) and returns \f$ \sqrt2\,a_f \f$, the most a rotation
+/// can grow the largest coordinate of q or k (it mixes the two coordinates of a pair).
+double validate_attention_rope(const char* function, const AttentionRope& rope, std::size_t seq_q, std::size_t seq_k,
+                               std::size_t head_dim);
 
 }  // namespace tvlab

@@ -7,9 +7,14 @@
 
 namespace tvlab::ref {
 
+/// The parts of `AttentionConfig::mask` the reference implements: all of them, each through
+/// `AttentionMask::allows` and `AttentionMask::score_bias`.
+inline constexpr MaskSupport kAttentionMaskSupport = kFullMaskSupport;
+
 /// @ingroup ch00
 /// \f$ \mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\dfrac{QK^\top}{\sqrt{d_k}} + B\right) V \f$
-/// per head.
+/// per head, where \f$ B \f$ is what `cfg.mask` adds: \f$ -\infty \f$ where `allows(i, j)` is
+/// false, else `score_bias(h, i, j)` (the bias and ALiBi).
 /// @param q `[heads, seq_q, head_dim]`
 /// @param k `[heads, seq_k, head_dim]`
 /// @param v `[heads, seq_k, head_dim_v]`

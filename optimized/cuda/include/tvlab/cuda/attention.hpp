@@ -8,7 +8,14 @@
 
 namespace tvlab::cuda {
 
+/// The parts of `AttentionConfig::mask` the masked softmax kernel implements: causal, the boolean
+/// mask, the bias and ALiBi, with the bottom-right alignment only (the kernel places query i at
+/// \f$ i + n_k - n_q \f$); no sliding window.
+inline constexpr MaskSupport kAttentionMaskSupport{.causal = true, .allowed = true, .bias = true, .alibi = true};
+
 /// @ingroup ch00
+/// Same contract as `ref::scaled_dot_product_attention` for the mask parts of
+/// `kAttentionMaskSupport`; the others throw `tvlab::Error` naming them.
 Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                      const AttentionConfig& cfg = {});
 

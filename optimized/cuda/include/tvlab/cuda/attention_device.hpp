@@ -17,8 +17,8 @@ struct AttentionArgs {
   const float* v = nullptr;            ///< [heads, seq_k, head_dim_v]
   float* out = nullptr;                ///< [heads, seq_q, head_dim_v]
   float* scores = nullptr;             ///< workspace [heads, seq_q, seq_k]
-  const unsigned char* mask = nullptr; ///< optional [seq_q, seq_k], 1 = may attend
-  const float* additive_mask = nullptr;///< optional [seq_q, seq_k]
+  const unsigned char* mask = nullptr; ///< optional [seq_q, seq_k], 1 = may attend (AttentionMask::allowed)
+  const float* additive_mask = nullptr;///< optional [seq_q, seq_k] (AttentionMask::bias)
   const float* alibi_slopes = nullptr; ///< optional [heads]: adds -m_h |i + seq_k - seq_q - j| (chapter 02)
   std::size_t heads = 0, seq_q = 0, seq_k = 0, head_dim = 0, head_dim_v = 0;
   float scale = 1.0f;

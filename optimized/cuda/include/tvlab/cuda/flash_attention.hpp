@@ -8,6 +8,12 @@
 
 namespace tvlab::cuda {
 
+/// The parts of `FlashConfig::mask` every flash kernel (rowwise, tiled, tensor core, backward)
+/// implements: the causal rule with the bottom-right alignment (query i sees keys
+/// \f$ j \le i + n_k - n_q \f$), skipping the key tiles it hides. The others throw `tvlab::Error`
+/// naming them (`require_supported`).
+inline constexpr MaskSupport kFlashMaskSupport{.causal = true};
+
 /// @ingroup ch04
 /// Version 1 (`device::flash_forward_rowwise`): one thread per query row; no tiles (the tile
 /// counts stay 0).

@@ -1,0 +1,19 @@
+#pragma once
+/// @file
+/// CUDA attention with rotary position embeddings (chapter 02), host tensors in and out. Must
+/// match `tvlab::ref::rope_attention`.
+
+#include "tvlab/core/attention_config.hpp"
+#include "tvlab/core/rope_config.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::cuda {
+
+/// @ingroup ch02
+/// q and k rotated in place on the device (`device::apply_rope_inplace`, the cos/sin table built
+/// on the host in double), then the kernels of `cuda::scaled_dot_product_attention`; the mask as
+/// there (`cuda::kAttentionMaskSupport`).
+Tensor3 rope_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionRope& rope,
+                       const AttentionConfig& cfg = {});
+
+}  // namespace tvlab::cuda
