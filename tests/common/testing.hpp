@@ -48,9 +48,8 @@ template <class A, class E>
   return failure;
 }
 
-/// Float tolerance for a reduction of length k, against a double oracle: rtol = c * eps * sqrt(k)
-/// (random rounding errors add like a random walk; c = 10 leaves room for the worst element).
-inline double reduction_rtol(std::size_t k) { return 10.0 * FLT_EPSILON * std::sqrt(static_cast<double>(k)); }
+/// Float tolerance for a reduction of length k, against a double oracle (tvlab/core/compare.hpp).
+using tvlab::reduction_rtol;
 
 /// Runs `call` and passes when it throws tvlab::Error whose message contains every `needle`.
 template <class F>

@@ -1,5 +1,7 @@
 #include "tvlab/core/compare.hpp"
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <iomanip>
 #include <limits>
@@ -87,6 +89,12 @@ std::string CompareReport::describe(const std::vector<std::string>& axis_names) 
     out << "\n  at " << format_index(m.index, axis_names) << ": got " << m.actual << ", expected " << m.expected;
   }
   return out.str();
+}
+
+double reduction_rtol(std::size_t k) { return 10.0 * FLT_EPSILON * std::sqrt(static_cast<double>(k)); }
+
+double attention_tolerance(std::size_t head_dim, std::size_t seq_k, double score_magnitude, double max_abs_v) {
+  return reduction_rtol(std::max(head_dim, seq_k)) * max_abs_v * (2.0 * score_magnitude + 1.0);
 }
 
 }  // namespace tvlab

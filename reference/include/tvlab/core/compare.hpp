@@ -48,6 +48,20 @@ CompareReport compare(const A& actual, const E& expected, Tolerance tol) {
   return compare(shape_of(actual), actual.data(), shape_of(expected), expected.data(), tol);
 }
 
+/// The tolerances every comparison of this project uses, tests, walkthroughs and benchmarks alike.
+///
+/// A float reduction of length k against a double oracle: random rounding errors add like a
+/// random walk, so the relative error grows as \f$ \sqrt{k} \f$; c = 10 leaves room for the
+/// worst element: \f$ \text{rtol} = 10\,\epsilon_{32} \sqrt{k} \f$.
+double reduction_rtol(std::size_t k);
+
+/// max |out - ref| allowed for attention computed in float: a score error \f$ \delta \f$ moves an
+/// output by at most \f$ 2\delta \max|v| \f$, a score of magnitude M (the sum of |terms| in
+/// scale \f$ q\cdot k \f$ plus the bias) carries \f$ \delta \le \text{rtol}\,M \f$, and the weighted
+/// sum of values adds \f$ \text{rtol} \max|v| \f$: \f$ \text{rtol}\,\max|v|\,(2M + 1) \f$ with
+/// rtol = reduction_rtol(max(head_dim, seq_k)).
+double attention_tolerance(std::size_t head_dim, std::size_t seq_k, double score_magnitude, double max_abs_v);
+
 /// "(h=1, i=37, d=5)" or "(1, 37, 5)" without names.
 std::string format_index(const std::vector<std::size_t>& index, const std::vector<std::string>& axis_names);
 
