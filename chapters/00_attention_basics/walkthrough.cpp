@@ -10,6 +10,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
+#include "../common/mask_options.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
@@ -30,7 +31,7 @@ namespace {
 using analysis::DType;
 
 struct Options : StandardOptions {
-  bool causal = false;
+  MaskOptions mask;
   std::string svg;
   int heads = 2, seq = 6, seq_k = 0, head_dim = 4;
 };
@@ -217,7 +218,9 @@ Steps step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const A
   s *= scale;
   print_matrix(out, "S / sqrt(d_k)", s);
 
-  print_step(out, 4, !cfg.mask.causal ? std::string("no mask")
+  const bool only_causal = cfg.mask.causal && !cfg.mask.window && cfg.mask.causal_align == CausalAlign::bottom_right;
+  print_step(out, 4, cfg.mask.is_none() ? std::string("no mask")
+                     : !only_causal          ? "mask: " + describe(cfg.mask) + " (hidden entries become -inf)"
                                   : n_q == n_k ? std::string("causal mask: key j is hidden from query i when j > i")
                                                : "causal mask: key j is hidden from query i when j > i + " +
                                                      std::to_string(n_k - n_q) + " (n_k - n_q)");
@@ -282,7 +285,7 @@ int run(const Options& o, const GlobalOptions& g) {
   const Tensor3 q = rng.normal_tensor(heads, n_q, d), k = rng.normal_tensor(heads, n_k, d),
                 v = rng.normal_tensor(heads, n_k, d);
   AttentionConfig cfg;
-  cfg.mask.causal = o.causal;
+  cfg.mask = attention_mask(o.mask);
 
   // The reference first: it validates the inputs, so --step never prints an invalid case.
   const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);
@@ -297,7 +300,7 @@ int run(const Options& o, const GlobalOptions& g) {
     for (std::size_t i = 0; i < steps.weights.size(); ++i)
       if (std::isinf(steps.masked_scores.data()[i])) steps.weights.data()[i] = steps.masked_scores.data()[i];
     write_svg(o.svg, svg_heatmap(steps.weights,
-                                 "Attention weights P of head 0" + std::string(o.causal ? ", causal" : "") + " (n = " +
+                                 "Attention weights P of head 0" + std::string(o.mask.causal ? ", causal" : "") + " (n = " +
                                      std::to_string(n_q) + ", d_k = " + std::to_string(d) + ", seed " +
                                      std::to_string(g.seed) + ")",
                                  "query i", "key j"));
@@ -309,8 +312,8 @@ int run(const Options& o, const GlobalOptions& g) {
   RunReport report{TVLAB_CHAPTER_NAME, g.seed,
                    "scaled_dot_product_attention: heads " + std::to_string(heads) + ", seq_q " + std::to_string(n_q) +
                        ", seq_k " + std::to_string(n_k) + ", head_dim " + std::to_string(d) +
-                       (o.causal ? ", causal" : "") + ", seed " + std::to_string(g.seed),
-                   {{"heads", heads}, {"seq_q", n_q}, {"seq_k", n_k}, {"head_dim", d}, {"causal", o.causal}},
+                       ", " + describe(cfg.mask) + ", seed " + std::to_string(g.seed),
+                   {{"heads", heads}, {"seq_q", n_q}, {"seq_k", n_k}, {"head_dim", d}, {"mask", describe(cfg.mask)}},
                    o.json || g.format == "json"};
   const auto run_one = [&](const ch00::Backend& b) -> std::optional<Run> {
     if (!b.sdpa) return std::nullopt;
@@ -340,7 +343,7 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     sub->add_option("--seq", o->seq, "sequence length n (queries)")->capture_default_str();
     sub->add_option("--seq-k", o->seq_k, "number of keys (default: --seq)");
     sub->add_option("--head-dim", o->head_dim, "head dimension d_k")->capture_default_str();
-    sub->add_flag("--causal", o->causal, "causal mask (query i sees keys j <= i + seq_k - seq)");
+    add_mask_options(*sub, o->mask);
     sub->add_option("--svg", o->svg, "draw head 0's attention weights P as a heatmap into FILE");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };

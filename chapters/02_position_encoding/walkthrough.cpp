@@ -9,9 +9,11 @@
 #include <sstream>
 
 #include "../common/svg.hpp"
+#include "../common/backend_run.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/rope_extrapolation.hpp"
+#include "tvlab/core/compare.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/attention.hpp"
@@ -60,12 +62,6 @@ double correction_dim(double rotations, int d, double base, double length) {
 
 // ------------------------------------------------------------------------------ the outputs
 
-// The chapter's functions on one backend: RoPE on q, ALiBi's bias, attention with RoPE (causal)
-// and attention with ALiBi (causal).
-struct Outputs {
-  Tensor3 rope_q, alibi, attention_rope, attention_alibi;
-};
-
 struct Inputs {
   Tensor3 q, k, v;
   RopeFrequencies freqs;
@@ -73,29 +69,42 @@ struct Inputs {
   long long first_position;
 };
 
-Outputs run_backend(const std::string& b, const Inputs& in) {
+// Agreement threshold for attention (as in the tests): a score is a length-d dot product of
+// size about sqrt(d) after the 1/sqrt(d) scale, the output a length-seq reduction (see
+// tvlab::attention_tolerance). RoPE and ALiBi are elementwise: a few ulp.
+double attention_tolerance(const Inputs& in) {
+  const std::size_t d = in.q.shape()[2];
+  return tvlab::attention_tolerance(d, in.k.shape()[1], std::sqrt(static_cast<double>(d)),
+                                    static_cast<double>(xt::amax(xt::abs(in.v))()));
+}
+
+// The chapter's functions on one backend, those it provides: RoPE on q, ALiBi's bias, causal
+// attention with RoPE and causal attention with ALiBi.
+std::optional<Run> run_on(const ch02::Backend& b, const Inputs& in) {
   const auto heads = static_cast<int>(in.q.shape()[0]);
   const auto seq = static_cast<long long>(in.q.shape()[1]);
   AttentionConfig causal, with_alibi;
   causal.mask.causal = with_alibi.mask.causal = true;
   const AttentionRope rope{in.freqs, in.layout, in.first_position};
   with_alibi.mask.alibi_slopes = ref::alibi_slopes(heads);
-  if (b == "ref")
-    return {ref::apply_rope(in.q, in.freqs, in.layout, in.first_position),
-            ref::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
-            ref::rope_attention(in.q, in.k, in.v, rope, causal),
-            ref::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
-  if (b == "opt")
-    return {opt::apply_rope(in.q, in.freqs, in.layout, in.first_position),
-            opt::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
-            opt::rope_attention(in.q, in.k, in.v, rope, causal),
-            opt::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
-  // CUDA has no ALiBi bias kernel of its own (the attention kernel adds the bias itself).
-  return {cuda::apply_rope(in.q, in.freqs, in.layout, in.first_position),
-          opt::alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
-          cuda::rope_attention(in.q, in.k, in.v, rope, causal),
-          cuda::scaled_dot_product_attention(in.q, in.k, in.v, with_alibi)};
+  const double elementwise = 4e-7 * static_cast<double>(xt::amax(xt::abs(in.q))()) + 1e-6;
+  const double attention = attention_tolerance(in);
+  Run run;
+  if (b.apply_rope)
+    run.outputs.push_back({"apply_rope", b.apply_rope(in.q, in.freqs, in.layout, in.first_position), elementwise});
+  if (b.alibi_bias)
+    run.outputs.push_back({"alibi_bias", b.alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
+                           1e-6 * static_cast<double>(seq)});
+  if (b.rope_attention)
+    run.outputs.push_back({"attention_rope", b.rope_attention(in.q, in.k, in.v, rope, causal), attention, "attention + RoPE"});
+  if (b.attention)
+    run.outputs.push_back(
+        {"attention_alibi", b.attention(in.q, in.k, in.v, with_alibi), attention, "attention + ALiBi"});
+  if (run.outputs.empty()) return std::nullopt;
+  return run;
 }
+
+const Tensor3& tensor3(const Run& run, const std::string& name) { return std::get<Tensor3>(output_named(run, name).value); }
 
 Inputs make_inputs(std::uint64_t seed, int heads, int seq, int head_dim, const RopeFrequencies& freqs,
                    RopeLayout layout, long long first_position) {
@@ -109,25 +118,6 @@ Inputs make_inputs(std::uint64_t seed, int heads, int seq, int head_dim, const R
   in.layout = layout;
   in.first_position = first_position;
   return in;
-}
-
-// Agreement threshold for attention (as in the tests): a score is a length-d dot product of
-// size about sqrt(d) after the 1/sqrt(d) scale, the output a length-seq reduction:
-// 10 eps sqrt(K) (2 sqrt(d) + 1) max|v|, K = max(d, seq). RoPE and ALiBi are elementwise: a few ulp.
-double attention_tolerance(const Inputs& in) {
-  const auto d = static_cast<double>(in.q.shape()[2]);
-  const double k = std::max(d, static_cast<double>(in.k.shape()[1]));
-  return 10 * 1.2e-7 * std::sqrt(k) * (2 * std::sqrt(d) + 1) * static_cast<double>(xt::amax(xt::abs(in.v))());
-}
-
-std::vector<Agreement> compare_outputs(const std::string& backend, const std::string& example, const Outputs& o,
-                                       const Outputs& r, const Inputs& in) {
-  const double elementwise = 4e-7 * static_cast<double>(xt::amax(xt::abs(in.q))()) + 1e-6;
-  const double attention = attention_tolerance(in);
-  return {{"apply_rope", backend, example, max_abs_difference(o.rope_q, r.rope_q), elementwise},
-          {"alibi_bias", backend, example, max_abs_difference(o.alibi, r.alibi), 1e-6 * static_cast<double>(in.q.shape()[1])},
-          {"attention + RoPE", backend, example, max_abs_difference(o.attention_rope, r.attention_rope), attention},
-          {"attention + ALiBi", backend, example, max_abs_difference(o.attention_alibi, r.attention_alibi), attention}};
 }
 
 // ------------------------------------------------------------------------------ the documents
@@ -208,8 +198,6 @@ std::vector<DocumentCheck> document_checks() {
 
 std::vector<Agreement> agreements(bool include_cuda) {
   std::vector<Agreement> out;
-  std::vector<std::string> backends = {"opt"};
-  if (include_cuda && cuda_usable()) backends.push_back("cuda");
   struct Example {
     int heads, seq, head_dim;
     std::string type, layout;
@@ -220,12 +208,12 @@ std::vector<Agreement> agreements(bool include_cuda) {
     const RopeFrequencies freqs = ref::rope_frequencies(rope_config(e.head_dim, 1e4, e.type, 4, 4096));
     const Inputs in = make_inputs(3, e.heads, e.seq, e.head_dim, freqs,
                                   e.layout == "interleaved" ? RopeLayout::interleaved : RopeLayout::half_split, e.first);
-    const Outputs r = run_backend("ref", in);
+    const Run r = *run_on(reference_backend(ch02::backends()), in);
     const std::string example = std::to_string(e.heads) + " x " + std::to_string(e.seq) + " x " +
                                 std::to_string(e.head_dim) + ", " + e.type + ", " + e.layout +
                                 (e.first ? ", from " + std::to_string(e.first) : "");
-    for (const auto& b : backends) {
-      const auto rows = compare_outputs(b, example, run_backend(b, in), r, in);
+    for (const auto& b : headline_backends(ch02::backends(), include_cuda)) {
+      const auto rows = agreements_of(b.name, example, *run_on(b, in), r);
       out.insert(out.end(), rows.begin(), rows.end());
     }
   }
@@ -429,9 +417,9 @@ void step_through(const Options& o, const Inputs& in) {
   print_matrix(out, "B_0", Tensor2(xt::view(bias, 0, xt::all(), xt::all())));
 
   print_step(out, 6, "causal attention of head 0 with RoPE and with ALiBi (outputs)");
-  const Outputs r = run_backend("ref", in);
-  print_matrix(out, "Attention + RoPE", Tensor2(xt::view(r.attention_rope, 0, xt::all(), xt::all())));
-  print_matrix(out, "Attention + ALiBi", Tensor2(xt::view(r.attention_alibi, 0, xt::all(), xt::all())));
+  const Run r = *run_on(reference_backend(ch02::backends()), in);
+  print_matrix(out, "Attention + RoPE", Tensor2(xt::view(tensor3(r, "attention_rope"), 0, xt::all(), xt::all())));
+  print_matrix(out, "Attention + ALiBi", Tensor2(xt::view(tensor3(r, "attention_alibi"), 0, xt::all(), xt::all())));
 
   print_step(out, 7, "YaRN per pair for head_dim " + std::to_string(d) + ", factor " + fixed(o.factor, 2) +
                          ", original length " + std::to_string(o.original_length));
@@ -521,59 +509,23 @@ int run(const Options& o, const GlobalOptions& g) {
   const RopeFrequencies freqs = ref::rope_frequencies(cfg, o.first_position + o.seq);
   const Inputs in = make_inputs(g.seed, o.heads, o.seq, o.head_dim, freqs, layout, o.first_position);
   // The reference first: it validates everything, so --step never prints an invalid case.
-  const Outputs reference = run_backend("ref", in);
+  run_on(reference_backend(ch02::backends()), in);
   if (o.step) step_through(o, in);
-  if (!o.dump.empty()) {
-    dump_npy(o.dump, "q", in.q);
-    dump_npy(o.dump, "k", in.k);
-    dump_npy(o.dump, "v", in.v);
-    Tensor1 inv_freq = xt::cast<float>(freqs.inv_freq);
-    dump_npy(o.dump, "inv_freq", inv_freq);
-  }
-  nlohmann::json results = nlohmann::json::array();
-  bool ok = true;
-  for (const auto& b : selected_backends(o.backend)) {
-    nlohmann::json entry = {{"backend", b}};
-    if (b == "cuda" && !cuda_usable()) {
-      entry["skipped"] = cuda::device_description();
-      results.push_back(entry);
-      continue;
-    }
-    const Outputs out = run_backend(b, in);
-    for (const Agreement& a : compare_outputs(b, "", out, reference, in)) {
-      entry[a.function] = a.max_abs_error;
-      ok = ok && a.ok();
-    }
-    if (!o.dump.empty()) {
-      dump_npy(o.dump, "apply_rope_" + b, out.rope_q);
-      dump_npy(o.dump, "alibi_bias_" + b, out.alibi);
-      dump_npy(o.dump, "attention_rope_" + b, out.attention_rope);
-      dump_npy(o.dump, "attention_alibi_" + b, out.attention_alibi);
-    }
-    results.push_back(entry);
-  }
-  if (o.json || g.format == "json") {
-    nlohmann::json doc = {{"chapter", fn},          {"seed", g.seed},         {"heads", o.heads},
-                          {"seq", o.seq},           {"head_dim", o.head_dim}, {"rope_type", o.rope_type},
+  Dump dump(o.dump);
+  dump.write("q", in.q);
+  dump.write("k", in.k);
+  dump.write("v", in.v);
+  dump.write("inv_freq", Tensor1(xt::cast<float>(freqs.inv_freq)));
+  const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                         "RoPE (" + o.rope_type + ", " + o.layout + "), ALiBi and attention with each: heads " +
+                             std::to_string(o.heads) + ", seq " + std::to_string(o.seq) + ", head_dim " +
+                             std::to_string(o.head_dim) + ", seed " + std::to_string(g.seed),
+                         {{"heads", o.heads}, {"seq", o.seq}, {"head_dim", o.head_dim}, {"rope_type", o.rope_type},
                           {"factor", cfg.rope_scaling.factor}, {"layout", o.layout},
-                          {"attention_factor", freqs.attention_factor}, {"max_abs_error_vs_ref", results}};
-    std::cout << doc.dump(2) << "\n";
-    return ok ? 0 : 1;
-  }
-  std::cout << "\nRoPE (" << o.rope_type << ", " << o.layout << "), ALiBi and attention with each: heads " << o.heads
-            << ", seq " << o.seq << ", head_dim " << o.head_dim << ", seed " << g.seed << " (max |out - ref|)\n";
-  for (const auto& r : results) {
-    std::cout << "  " << r["backend"].get<std::string>() << ":";
-    if (r.contains("skipped")) {
-      std::cout << " skipped (" << r["skipped"].get<std::string>() << ")\n";
-      continue;
-    }
-    for (const char* f : {"apply_rope", "alibi_bias", "attention + RoPE", "attention + ALiBi"})
-      std::cout << "  " << f << " " << sci(r[f].get<double>(), 2);
-    std::cout << "\n";
-  }
-  if (!o.dump.empty()) std::cout << "wrote q.npy, k.npy, v.npy, inv_freq.npy and the outputs to " << o.dump << "/\n";
-  return ok ? 0 : 1;
+                          {"attention_factor", freqs.attention_factor}},
+                         o.json || g.format == "json"};
+  return run_backends(ch02::backends(), o.backend, [&in](const ch02::Backend& b) { return run_on(b, in); }, dump,
+                      report);
 }
 
 }  // namespace

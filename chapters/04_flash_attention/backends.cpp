@@ -58,6 +58,15 @@ const std::vector<Backend>& backends() {
                      .caps = {.needs_device = true, .max_head_dim = kFlashMaxHeadDim, .masks = cuda::kFlashMaskSupport},
                      .limits = {.tiles_keys = false},
                      .flash_forward = cuda::flash_attention_forward_rowwise});
+    // Tensor cores (WMMA): fp16 or bf16 inputs, fp32 accumulation; tiles of multiples of 16.
+    table.push_back({.name = "cuda_tensor_core",
+                     .kind = BackendKind::cuda,
+                     .caps = {.needs_device = true,
+                              .max_head_dim = kFlashMaxHeadDim,
+                              .low_precision_inputs = true,
+                              .masks = cuda::kFlashMaskSupport},
+                     .limits = {.sixteen_bit_only = true},
+                     .flash_forward = cuda::flash_attention_forward_tensor_core});
     // Exercises 04.1 to 04.3: the merge, the tiled forward pass, the best tile sizes.
     table.push_back({.name = "student",
                      .kind = BackendKind::student,

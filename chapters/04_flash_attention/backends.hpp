@@ -22,6 +22,7 @@ namespace tvlab::ch04 {
 struct FlashLimits {
   bool tiles_keys = true;       ///< loops over key tiles, so `tiles_computed`/`tiles_skipped` count them
   std::size_t max_tile_rows = 0;  ///< one thread per row of a tile: block_q and block_k at most this (0: any)
+  bool sixteen_bit_only = false;  ///< multiplies fp16/bf16 inputs only (tensor cores): not run on fp32 cases
 };
 
 struct Backend {

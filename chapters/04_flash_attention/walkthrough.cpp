@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "../common/svg.hpp"
+#include "../common/backend_run.hpp"
+#include "../common/mask_options.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/io_model.hpp"
@@ -27,13 +29,13 @@ namespace {
 struct Options : StandardOptions {
   std::string svg;
   int seq = 8, head_dim = 4, heads = 1, block_q = 4, block_k = 3;
-  bool causal = false;
+  MaskOptions mask;
   std::string inputs = "fp32";  // the format of the products' inputs: fp32, fp16, bf16
 };
 
 FlashConfig flash_config(const Options& o) {
   FlashConfig cfg;
-  cfg.mask.causal = o.causal;
+  cfg.mask = attention_mask(o.mask);
   cfg.block_q = static_cast<std::size_t>(o.block_q);
   cfg.block_k = static_cast<std::size_t>(o.block_k);
   cfg.inputs = o.inputs == "fp16" ? FlashInputs::fp16 : o.inputs == "bf16" ? FlashInputs::bf16 : FlashInputs::fp32;
@@ -53,12 +55,18 @@ Inputs make_inputs(std::uint64_t seed, std::size_t heads, std::size_t n, std::si
   return in;
 }
 
-FlashOutput run_backend(const std::string& b, const Inputs& in, const FlashConfig& cfg) {
-  if (b == "ref") return ref::flash_attention_forward(in.q, in.k, in.v, cfg);
-  if (b == "opt") return opt::flash_attention_forward(in.q, in.k, in.v, cfg);
-  // With 16-bit inputs, the tensor-core kernel; else the tiled fp32 kernel.
-  if (cfg.inputs != FlashInputs::fp32) return cuda::flash_attention_forward_tensor_core(in.q, in.k, in.v, cfg);
-  return cuda::flash_attention_forward(in.q, in.k, in.v, cfg);
+// Forward pass of one backend: its output and log-sum-exp, and the tiles it computed and skipped.
+std::optional<Run> run_on(const ch04::Backend& b, const Inputs& in, const FlashConfig& cfg, double tolerance) {
+  if (!b.flash_forward) return std::nullopt;
+  const FlashOutput r = b.flash_forward(in.q, in.k, in.v, cfg);
+  Run run;
+  run.outputs.push_back({"flash_attention_forward", r.out, tolerance});
+  // lse = m + ln l: an error e in l moves it by e / l, the same size as the output's.
+  run.outputs.push_back({"lse", r.lse, tolerance});
+  run.details = {{"tiles_computed", r.tiles_computed}, {"tiles_skipped", r.tiles_skipped}};
+  if (b.limits.tiles_keys)
+    run.note = "tiles computed " + std::to_string(r.tiles_computed) + ", skipped " + std::to_string(r.tiles_skipped);
+  return run;
 }
 
 // As in the tests: a score is a length-d dot product of size about sqrt(d) after the scale, the
@@ -152,9 +160,10 @@ std::vector<Agreement> agreements(bool include_cuda) {
       out.push_back({"flash_attention_forward", "opt_" + variant.name, example,
                      max_abs_difference(variant.function(in.q, in.k, in.v, cfg).out, r.out), tolerance(in)});
     // results.md must not depend on the machine: CUDA only in the tour, when a device is present.
-    if (include_cuda && cuda_usable())
-      out.push_back({"flash_attention_forward", "cuda", example,
-                     max_abs_difference(cuda::flash_attention_forward(in.q, in.k, in.v, cfg).out, r.out), tolerance(in)});
+    for (const auto& b : headline_backends(ch04::backends(), include_cuda))
+      if (b.kind == BackendKind::cuda)
+        out.push_back({"flash_attention_forward", b.name, example,
+                       max_abs_difference(b.flash_forward(in.q, in.k, in.v, cfg).out, r.out), tolerance(in)});
   }
   return out;
 }
@@ -393,80 +402,38 @@ int run(const Options& o, const GlobalOptions& g) {
   const FlashConfig cfg = flash_config(o);
   const Inputs in = make_inputs(g.seed, static_cast<std::size_t>(o.heads), static_cast<std::size_t>(o.seq),
                                 static_cast<std::size_t>(o.head_dim));
-  const FlashOutput reference = run_backend("ref", in, cfg);  // validates everything first
+  const ch04::Backend& reference = reference_backend(ch04::backends());
+  const FlashOutput expected = reference.flash_forward(in.q, in.k, in.v, cfg);  // validates everything first
   // The step-through follows the algorithm on fp32 inputs (with --inputs, the rounding is reported below).
   FlashConfig fp32_cfg = cfg;
   fp32_cfg.inputs = FlashInputs::fp32;
   if (o.step) step_through(in, fp32_cfg);
-  if (!o.dump.empty()) {
-    dump_npy(o.dump, "q", in.q);
-    dump_npy(o.dump, "k", in.k);
-    dump_npy(o.dump, "v", in.v);
-  }
+  Dump dump(o.dump);
+  dump.write("q", in.q);
+  dump.write("k", in.k);
+  dump.write("v", in.v);
   // What rounding the inputs costs: the emulation against the same attention on fp32 inputs.
+  const bool low_precision = cfg.inputs != FlashInputs::fp32;
   const double rounding_error =
-      cfg.inputs == FlashInputs::fp32 ? 0.0 : max_abs_difference(reference.out, run_backend("ref", in, fp32_cfg).out);
-  nlohmann::json results = nlohmann::json::array();
-  bool ok = true;
-  for (const auto& b : selected_backends(o.backend)) {
-    nlohmann::json entry = {{"backend", b}};
-    if (b == "cuda" && !cuda_usable()) {
-      entry["skipped"] = cuda::device_description();
-      results.push_back(entry);
-      continue;
-    }
-    if (b == "opt" && cfg.inputs != FlashInputs::fp32) {
-      entry["skipped"] = "computes in fp32 only";
-      results.push_back(entry);
-      continue;
-    }
-    FlashOutput r;
-    try {
-      r = run_backend(b, in, cfg);
-    } catch (const Error& e) {
-      // The inputs passed ref's checks: what is left is a backend's own limit (the tensor-core
-      // kernel's tiles of 16, an older GPU), which skips that backend rather than the run.
-      entry["skipped"] = e.what();
-      results.push_back(entry);
-      continue;
-    }
-    const double err = max_abs_difference(r.out, reference.out);
-    entry["flash_attention_forward"] = err;
-    entry["tiles_computed"] = r.tiles_computed;
-    entry["tiles_skipped"] = r.tiles_skipped;
-    ok = ok && err <= tolerance(in, cfg.inputs);
-    if (!o.dump.empty()) {
-      dump_npy(o.dump, "flash_attention_forward_" + b, r.out);
-      dump_npy(o.dump, "lse_" + b, r.lse);
-    }
-    results.push_back(entry);
+      low_precision ? max_abs_difference(expected.out, reference.flash_forward(in.q, in.k, in.v, fp32_cfg).out) : 0.0;
+  const bool json = o.json || g.format == "json";
+  RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                   "flash attention forward: heads " + std::to_string(o.heads) + ", seq " + std::to_string(o.seq) +
+                       ", head_dim " + std::to_string(o.head_dim) + ", " + describe(cfg.mask) + ", tiles " +
+                       std::to_string(o.block_q) + " x " + std::to_string(o.block_k) + ", seed " +
+                       std::to_string(g.seed) + (low_precision ? ", " + o.inputs + " inputs" : ""),
+                   {{"heads", o.heads}, {"seq", o.seq}, {"head_dim", o.head_dim}, {"mask", describe(cfg.mask)},
+                    {"block_q", o.block_q}, {"block_k", o.block_k}, {"inputs", o.inputs}},
+                   json};
+  if (low_precision) {
+    report.parameters["rounding_error_vs_fp32_inputs"] = rounding_error;
+    if (!json)
+      std::cout << "\nrounding the inputs to " << o.inputs << " moves ref's output by " << sci(rounding_error, 2)
+                << " against fp32 inputs\n";
   }
-  if (o.json || g.format == "json") {
-    nlohmann::json doc = {{"chapter", fn},          {"seed", g.seed},         {"heads", o.heads},
-                          {"seq", o.seq},           {"head_dim", o.head_dim}, {"causal", o.causal},
-                          {"block_q", o.block_q},   {"block_k", o.block_k},   {"inputs", o.inputs},
-                          {"max_abs_error_vs_ref", results}};
-    if (cfg.inputs != FlashInputs::fp32) doc["rounding_error_vs_fp32_inputs"] = rounding_error;
-    std::cout << doc.dump(2) << "\n";
-    return ok ? 0 : 1;
-  }
-  std::cout << "\nflash attention forward: heads " << o.heads << ", seq " << o.seq << ", head_dim " << o.head_dim
-            << (o.causal ? ", causal" : "") << ", tiles " << o.block_q << " x " << o.block_k << ", seed " << g.seed
-            << (cfg.inputs == FlashInputs::fp32 ? "" : ", " + o.inputs + " inputs") << " (max |out - ref|)\n";
-  if (cfg.inputs != FlashInputs::fp32)
-    std::cout << "  rounding the inputs to " << o.inputs << " moves ref's output by " << sci(rounding_error, 2)
-              << " against fp32 inputs\n";
-  for (const auto& r : results) {
-    std::cout << "  " << r["backend"].get<std::string>() << ":";
-    if (r.contains("skipped")) {
-      std::cout << " skipped (" << r["skipped"].get<std::string>() << ")\n";
-      continue;
-    }
-    std::cout << "  " << sci(r["flash_attention_forward"].get<double>(), 2) << "  (tiles computed "
-              << r["tiles_computed"].get<std::size_t>() << ", skipped " << r["tiles_skipped"].get<std::size_t>() << ")\n";
-  }
-  if (!o.dump.empty()) std::cout << "wrote q.npy, k.npy, v.npy and the outputs to " << o.dump << "/\n";
-  return ok ? 0 : 1;
+  const double tol = tolerance(in, cfg.inputs);
+  return run_backends(ch04::backends(), o.backend,
+                      [&](const ch04::Backend& b) { return run_on(b, in, cfg, tol); }, dump, report);
 }
 
 }  // namespace
@@ -490,7 +457,7 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();
     sub->add_option("--block-q", o->block_q, "query rows per tile (B_r)")->capture_default_str();
     sub->add_option("--block-k", o->block_k, "key rows per tile (B_c)")->capture_default_str();
-    sub->add_flag("--causal", o->causal, "causal mask (whole tiles above the diagonal are skipped)");
+    add_mask_options(*sub, o->mask);  // whole key tiles the mask hides are skipped
     sub->add_option("--inputs", o->inputs,
                     "format of the products' inputs: fp32, or fp16 / bf16 as tensor cores take them (ref emulates, "
                     "cuda runs the tensor-core kernel: tiles must be multiples of 16)")

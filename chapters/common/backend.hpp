@@ -77,6 +77,20 @@ const Backend& reference_backend(const std::vector<Backend>& all) {
   return *it;
 }
 
+/// The entries `tvlab tour` and results.md compare with the reference: the first entry of kind
+/// optimized (the headline version) and, with `include_cuda`, the first CUDA entry when this
+/// machine can run it. (results.md passes include_cuda = false: it must not depend on the machine.)
+template <class Backend>
+std::vector<Backend> headline_backends(const std::vector<Backend>& all, bool include_cuda) {
+  std::vector<Backend> out;
+  for (const BackendKind kind : {BackendKind::optimized, BackendKind::cuda}) {
+    if (kind == BackendKind::cuda && !include_cuda) continue;
+    const auto it = std::find_if(all.begin(), all.end(), [kind](const Backend& b) { return b.kind == kind; });
+    if (it != all.end() && !unavailable_reason(it->caps)) out.push_back(*it);
+  }
+  return out;
+}
+
 /// The entries of `all` that provide member `f` (a std::function that may be empty).
 template <class Backend, class Member>
 std::vector<Backend> providing(const std::vector<Backend>& all, Member Backend::*f) {

@@ -52,6 +52,23 @@ const Output* find_output(const Run& run, const std::string& name) {
 
 }  // namespace
 
+const Output& output_named(const Run& run, const std::string& name) {
+  const Output* o = find_output(run, name);
+  require(o != nullptr, "output_named", "the run has no output named ", name);
+  return *o;
+}
+
+std::vector<Agreement> agreements_of(const std::string& backend, const std::string& example, const Run& run,
+                                     const Run& reference) {
+  std::vector<Agreement> rows;
+  for (const auto& out : run.outputs) {
+    const Output& want = output_named(reference, out.name);
+    rows.push_back({out.label.empty() ? out.name : out.label, backend, example, max_abs_error(out.value, want.value),
+                    want.tolerance});
+  }
+  return rows;
+}
+
 int run_backends(const std::vector<RunnableBackend>& backends, const std::string& selection, Dump& dump,
                  const RunReport& report) {
   const RunnableBackend* reference = nullptr;

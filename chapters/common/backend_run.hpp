@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/backend.hpp"
+#include "common/walkthrough.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::cli {
@@ -49,6 +50,7 @@ struct Output {
   std::string name;                               ///< "scaled_dot_product_attention", "lse"
   std::variant<Tensor1, Tensor2, Tensor3> value;  ///< dumped as `<name>_<backend>.npy`
   double tolerance = 0.0;                         ///< max |x - ref| allowed
+  std::string label = "";                         ///< how results.md names it (default: name)
 };
 
 /// What one backend produced on the chapter's inputs.
@@ -57,6 +59,14 @@ struct Run {
   nlohmann::json details = nlohmann::json::object();  ///< facts besides the outputs (tile counts)
   std::string note;                                    ///< the same facts, for the text report
 };
+
+/// The output named `name` of a run (tvlab::Error when there is none).
+const Output& output_named(const Run& run, const std::string& name);
+
+/// `run` of `backend` against the reference's run, one row per output: the rows of `tvlab tour`
+/// and of results.md.
+std::vector<Agreement> agreements_of(const std::string& backend, const std::string& example, const Run& run,
+                                     const Run& reference);
 
 /// Writes .npy files into one folder and remembers which, so the report lists exactly those.
 class Dump {
