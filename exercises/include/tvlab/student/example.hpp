@@ -7,6 +7,7 @@
 
 namespace tvlab::student {
 
+/// @ingroup chapter_template
 /// Same contract as `tvlab::ref::softmax`.
 Tensor2 example_softmax(const Tensor2& x);
 
