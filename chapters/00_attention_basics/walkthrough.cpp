@@ -271,7 +271,7 @@ Steps step_through(const Tensor3& q, const Tensor3& k, const Tensor3& v, const A
 // ---------------------------------------------------------------------------------------- run
 
 int run(const Options& o, const GlobalOptions& g) {
-  if (o.markdown || g.format == "markdown") {
+  if (g.format == "markdown") {
     std::cout << markdown(g);
     return 0;
   }
@@ -314,7 +314,7 @@ int run(const Options& o, const GlobalOptions& g) {
                        ", seq_k " + std::to_string(n_k) + ", head_dim " + std::to_string(d) +
                        ", " + describe(cfg.mask) + ", seed " + std::to_string(g.seed),
                    {{"heads", heads}, {"seq_q", n_q}, {"seq_k", n_k}, {"head_dim", d}, {"mask", describe(cfg.mask)}},
-                   o.json || g.format == "json"};
+                   g.format == "json"};
   const auto run_one = [&](const ch00::Backend& b) -> std::optional<Run> {
     if (!b.sdpa) return std::nullopt;
     Run run;
@@ -329,14 +329,13 @@ int run(const Options& o, const GlobalOptions& g) {
 // The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
 Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
-  c.name = "00_attention_basics";
+  c.name = TVLAB_CHAPTER_NAME;
   c.alias = "attention";
   c.summary = "scaled dot-product and multi-head attention, the cost of the n x n matrix, why 1/sqrt(d_k)";
   c.figures.push_back({"docs/figures/ch00_causal_attention.svg", "attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(
-        root, "00_attention_basics", "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
+    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
         "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)",
         "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR", backend_lines(ch00::backends()), [o, &global] { return run(*o, global); });
     sub->add_option("--heads", o->heads, "number of heads h")->capture_default_str();

@@ -245,7 +245,7 @@ std::string depth_figure() {
 }
 
 int run(const Options& o, const GlobalOptions& g) {
-  if (o.markdown || g.format == "markdown") {
+  if (g.format == "markdown") {
     std::cout << markdown(g);
     return 0;
   }
@@ -282,7 +282,7 @@ int run(const Options& o, const GlobalOptions& g) {
                          "norms, GELU and SwiGLU FFN: tokens " + std::to_string(tokens) + ", d_model " +
                              std::to_string(d) + ", d_ff " + std::to_string(d_ff) + ", seed " + std::to_string(g.seed),
                          {{"tokens", tokens}, {"d_model", d}, {"d_ff", d_ff}, {"eps", o.eps}},
-                         o.json || g.format == "json"};
+                         g.format == "json"};
   // Each backend's outputs: the functions it provides, of the four this command shows.
   const auto run_one = [&](const ch01::Backend& b) -> std::optional<Run> {
     Run run;
@@ -301,14 +301,13 @@ int run(const Options& o, const GlobalOptions& g) {
 // The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
 Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
-  c.name = "01_normalization";
+  c.name = TVLAB_CHAPTER_NAME;
   c.alias = "norm";
   c.summary = "LayerNorm and RMSNorm (forward, backward), ReLU/GELU/SiLU, SwiGLU FFN widths, Post-LN vs Pre-LN";
   c.figures.push_back({"docs/figures/ch01_post_ln_vs_pre_ln.svg", "norm"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(
-        root, "01_normalization", "norm", "Chapter 01: normalization, activations and the FFN", *o,
+    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "norm", "Chapter 01: normalization, activations and the FFN", *o,
         "print LayerNorm, RMSNorm, the activations and SwiGLU step by step",
         "write x.npy, gamma.npy, beta.npy, w1..w3.npy and <function>_<backend>.npy to DIR",
         backend_lines(ch01::backends()), [o, &global] { return run(*o, global); });

@@ -483,7 +483,7 @@ RopeLayout parse_layout(const std::string& s) {
 }
 
 int run(const Options& o, const GlobalOptions& g) {
-  if (o.markdown || g.format == "markdown") {
+  if (g.format == "markdown") {
     std::cout << markdown(g);
     return 0;
   }
@@ -523,7 +523,7 @@ int run(const Options& o, const GlobalOptions& g) {
                          {{"heads", o.heads}, {"seq", o.seq}, {"head_dim", o.head_dim}, {"rope_type", o.rope_type},
                           {"factor", cfg.rope_scaling.factor}, {"layout", o.layout},
                           {"attention_factor", freqs.attention_factor}},
-                         o.json || g.format == "json"};
+                         g.format == "json"};
   return run_backends(ch02::backends(), o.backend, [&in](const ch02::Backend& b) { return run_on(b, in); }, dump,
                       report);
 }
@@ -533,15 +533,14 @@ int run(const Options& o, const GlobalOptions& g) {
 // The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
 Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
-  c.name = "02_position_encoding";
+  c.name = TVLAB_CHAPTER_NAME;
   c.alias = "rope";
   c.summary = "sinusoidal and learned positions, RoPE, PI / NTK / dynamic NTK / YaRN, ALiBi, extrapolation";
   c.figures.push_back({"docs/figures/ch02_frequency_scaling.svg", "rope --figure scaling --factor 4"});
   c.figures.push_back({"docs/figures/ch02_logit_decay.svg", "rope --figure decay"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(
-        root, "02_position_encoding", "rope", "Chapter 02: position encoding and context extrapolation", *o,
+    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "rope", "Chapter 02: position encoding and context extrapolation", *o,
         "print the frequencies, angles, rotated q, RoPE's relative scores, ALiBi's bias and YaRN's per-pair table",
         "write q.npy, k.npy, v.npy, inv_freq.npy and <function>_<backend>.npy to DIR",
         backend_lines(ch02::backends()), [o, &global] { return run(*o, global); });

@@ -384,7 +384,7 @@ std::string io_figure() {
 // ---------------------------------------------------------------------------------------- run
 
 int run(const Options& o, const GlobalOptions& g) {
-  if (o.markdown || g.format == "markdown") {
+  if (g.format == "markdown") {
     std::cout << markdown(g);
     return 0;
   }
@@ -416,7 +416,7 @@ int run(const Options& o, const GlobalOptions& g) {
   const bool low_precision = cfg.inputs != FlashInputs::fp32;
   const double rounding_error =
       low_precision ? max_abs_difference(expected.out, reference.flash_forward(in.q, in.k, in.v, fp32_cfg).out) : 0.0;
-  const bool json = o.json || g.format == "json";
+  const bool json = g.format == "json";
   RunReport report{TVLAB_CHAPTER_NAME, g.seed,
                    "flash attention forward: heads " + std::to_string(o.heads) + ", seq " + std::to_string(o.seq) +
                        ", head_dim " + std::to_string(o.head_dim) + ", " + describe(cfg.mask) + ", tiles " +
@@ -441,14 +441,13 @@ int run(const Options& o, const GlobalOptions& g) {
 // The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
 Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
-  c.name = "04_flash_attention";
+  c.name = TVLAB_CHAPTER_NAME;
   c.alias = "flash";
   c.summary = "online softmax, flash attention forward and backward, the IO model, fp16/bf16 and FP8 emulation";
   c.figures.push_back({"docs/figures/ch04_io_model.svg", "flash"});
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(
-        root, "04_flash_attention", "flash", "Chapter 04: flash attention, tile by tile", *o,
+    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "flash", "Chapter 04: flash attention, tile by tile", *o,
         "print query 0's online softmax one key tile at a time: m, l and the rescaled output accumulator",
         "write q.npy, k.npy, v.npy and flash_attention_forward_<backend>.npy, lse_<backend>.npy to DIR",
         backend_lines(ch04::backends()), [o, &global] { return run(*o, global); });

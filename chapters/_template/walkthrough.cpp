@@ -74,7 +74,7 @@ void step_through(const Tensor2& x) {
 }
 
 int run(const Options& o, const GlobalOptions& g) {
-  if (o.markdown || g.format == "markdown") {
+  if (g.format == "markdown") {
     std::cout << markdown();
     return 0;
   }
@@ -89,7 +89,7 @@ int run(const Options& o, const GlobalOptions& g) {
                          "softmax: rows " + std::to_string(o.rows) + ", cols " + std::to_string(o.cols) + ", seed " +
                              std::to_string(g.seed),
                          {{"rows", o.rows}, {"cols", o.cols}},
-                         o.json || g.format == "json"};
+                         g.format == "json"};
   const auto run_one = [&](const example::Backend& b) -> std::optional<Run> {
     if (!b.softmax) return std::nullopt;
     Run run;
@@ -109,8 +109,7 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.summary = "the template chapter: its example is the row softmax";
   c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(
-        root, TVLAB_CHAPTER_NAME, "example", "The template chapter: the row softmax, step by step", *o,
+    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "example", "The template chapter: the row softmax, step by step", *o,
         "print every intermediate state of row 0 (max, exponentials, sum, weights)",
         "write x.npy and softmax_<backend>.npy to DIR", backend_lines(example::backends()),
         [o, &global] { return run(*o, global); });

@@ -66,11 +66,10 @@ struct Chapter {
 
 const std::vector<Chapter>& chapters();
 
-/// The options every chapter command has.
+/// The options every chapter command has. (`--json` and `--markdown` are other names of the
+/// one output switch, `--format json|markdown`: a chapter reads `GlobalOptions::format` only.)
 struct StandardOptions {
   bool step = false;      ///< --step
-  bool json = false;      ///< --json
-  bool markdown = false;  ///< --markdown
   std::string backend = "all";
   std::string dump;       ///< --dump DIR
 };
@@ -97,7 +96,7 @@ void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines
 /// say what --step prints and what --dump writes, `backends` are the chapter's registry
 /// (printed by `--backend list`). `run` returns the exit status (non-zero when an
 /// implementation disagrees). The chapter adds its own size options to the returned command.
-CLI::App* add_chapter_command(CLI::App& root, const std::string& name, const std::string& alias,
+CLI::App* add_chapter_command(CLI::App& root, GlobalOptions& global, const std::string& name, const std::string& alias,
                               const std::string& description, StandardOptions& standard,
                               const std::string& step_help, const std::string& dump_help,
                               std::vector<BackendLine> backends, std::function<int()> run);

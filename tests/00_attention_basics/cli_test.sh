@@ -16,11 +16,6 @@ cells=$(grep -c '<rect x=' "$tmp/p.svg")
 [ "$cells" -eq 25 ] && pass "p.svg has 5 x 5 cells" || fail "p.svg has $cells cells, expected 25"
 check "--svg of a large matrix" 2 "--svg" -- "$tvlab" attention --seq 100 --svg "$tmp/big.svg"
 
-# The mask options (one specification for every attention command).
-check "attention --window L,R with top-left causal" 0 "" -- "$tvlab" attention --causal --causal-align top-left --window 2,1 --seq 9 --backend all
-grep -q "window 2 back and 1 ahead (top-left)" "$tmp/out" && pass "attention: the title names the mask" || fail "attention: the title does not name the mask"
-check "attention: a malformed --window names the option" 2 "--window" -- "$tvlab" attention --window 3,x
-check "attention: a negative --window names the option" 2 "--window" -- "$tvlab" attention --window -1
-check "attention: an unknown --causal-align names the option" 2 "--causal-align" -- "$tvlab" attention --causal --causal-align middle
+check_mask_options attention
 
 [ "$failures" -eq 0 ]

@@ -17,11 +17,6 @@ check "flash --svg" 0 "" -- "$tvlab" flash --svg "$tmp/io.svg"
 
 is_svg "$tmp/io.svg"
 
-# The mask options (one specification for every attention command).
-check "flash --window L,R with top-left causal" 0 "" -- "$tvlab" flash --causal --causal-align top-left --window 2,1 --seq 9 --backend all
-grep -q "window 2 back and 1 ahead (top-left)" "$tmp/out" && pass "flash: the title names the mask" || fail "flash: the title does not name the mask"
-check "flash: a malformed --window names the option" 2 "--window" -- "$tvlab" flash --window 3,x
-check "flash: a negative --window names the option" 2 "--window" -- "$tvlab" flash --window -1
-check "flash: an unknown --causal-align names the option" 2 "--causal-align" -- "$tvlab" flash --causal --causal-align middle
+check_mask_options flash
 
 [ "$failures" -eq 0 ]

@@ -521,6 +521,20 @@ DoubleGrads gradient_oracle(const Tensor3& q, const Tensor3& k, const Tensor3& v
   return g;
 }
 
+// dq, dk, dv against the double oracle. Each gradient is a sum over up to K terms (K the largest
+// of head_dim, seq_k, seq_q) of products of O(1) values whose inputs (out, lse) carry float
+// rounding: rtol = 10 eps sqrt(K), atol = rtol times the largest magnitude of the gradient
+// (cancellation in dS = P (dP - D) makes relative error meaningless near zero).
+void expect_gradients_match(const FlashGrads& got, const DoubleGrads& want, std::size_t k, const std::string& label,
+                            std::uint64_t seed, const std::string& hint) {
+  const double rtol = tvlab::testing::reduction_rtol(k);
+  for (const auto& [name, g, w] : {std::tuple{"dq", &got.dq, &want.dq}, {"dk", &got.dk, &want.dk}, {"dv", &got.dv, &want.dv}}) {
+    const double size = std::max(1.0, static_cast<double>(xt::amax(xt::abs(*w))()));
+    EXPECT_TRUE(matches(*g, *w, {10 * rtol * size, rtol},
+                        {std::string("flash_attention_backward ") + name + ", " + label, {"h", "i", "d"}, seed, "", hint}));
+  }
+}
+
 TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrices) {
   const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
@@ -537,21 +551,9 @@ TEST_P(FlashBackward, matches_the_gradient_of_attention_through_the_full_matrice
     // The forward pass of the reference supplies out and lse (the backward's inputs).
     const FlashOutput fwd = reference_backend(backends()).flash_forward(q, k, v, cfg);
     const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
-    const DoubleGrads want = gradient_oracle(q, k, v, dout, same_attention(cfg));
-    // Each gradient is a sum over up to seq_k (or seq_q) terms of products of O(1) values whose
-    // inputs (out, lse) carry float rounding: rtol = 10 eps sqrt(K), atol = rtol times the largest
-    // magnitude of the gradient (cancellation in dS = P (dP - D) makes relative error meaningless
-    // near zero).
-    const double rtol = tvlab::testing::reduction_rtol(std::max({c.head_dim, c.seq_k, c.seq_q}));
-    auto check = [&](const Tensor3& g, const DTensor3& w, const std::string& name) {
-      const double scale = std::max(1.0, static_cast<double>(xt::amax(xt::abs(w))()));
-      EXPECT_TRUE(matches(g, w, {10 * rtol * scale, rtol},
-                          {"flash_attention_backward " + name + ", " + c.label, {"h", "i", "d"}, seed, "",
-                           "recompute P from the saved log-sum-exp: P = exp(S - L)"}));
-    };
-    check(got.dq, want.dq, "dq");
-    check(got.dk, want.dk, "dk");
-    check(got.dv, want.dv, "dv");
+    expect_gradients_match(got, gradient_oracle(q, k, v, dout, same_attention(cfg)),
+                           std::max({c.head_dim, c.seq_k, c.seq_q}), c.label, seed,
+                           "recompute P from the saved log-sum-exp: P = exp(S - L)");
   }
 }
 
@@ -647,18 +649,9 @@ TEST_P(FlashBackward, masks_match_the_gradient_oracle_or_are_refused_naming_the_
     }
     if (unavailable_reason(impl.caps)) continue;
     const FlashGrads got = impl.flash_backward(q, k, v, fwd.out, fwd.lse, dout, cfg);
-    const DoubleGrads want = gradient_oracle(q, k, v, dout, same_attention(cfg));
-    // As in matches_the_gradient_of_attention_through_the_full_matrices.
-    const double rtol = tvlab::testing::reduction_rtol(std::max({c.head_dim, c.seq_k, c.seq_q}));
-    auto check = [&](const Tensor3& g, const DTensor3& w, const std::string& name) {
-      const double size = std::max(1.0, static_cast<double>(xt::amax(xt::abs(w))()));
-      EXPECT_TRUE(matches(g, w, {10 * rtol * size, rtol},
-                          {"flash_attention_backward " + name + ", " + c.label, {"h", "i", "d"}, seed, "",
-                           "a key tile is hidden from a query tile only when the mask hides all its pairs"}));
-    };
-    check(got.dq, want.dq, "dq");
-    check(got.dk, want.dk, "dk");
-    check(got.dv, want.dv, "dv");
+    expect_gradients_match(got, gradient_oracle(q, k, v, dout, same_attention(cfg)),
+                           std::max({c.head_dim, c.seq_k, c.seq_q}), c.label, seed,
+                           "a key tile is hidden from a query tile only when the mask hides all its pairs");
   }
 }
 

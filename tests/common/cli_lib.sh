@@ -49,3 +49,12 @@ json_chapter_is() {  # json_chapter_is NAME: the last command printed JSON whose
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["chapter"] == sys.argv[2]' "$tmp/out" "$1" \
     && pass "json parses ($1)" || fail "json of $1 does not parse or names another chapter"
 }
+
+check_mask_options() {  # check_mask_options ALIAS: --causal, --causal-align and --window of an attention command
+  local alias=$1
+  check "$alias --window L,R with top-left causal" 0 "" -- "$tvlab" "$alias" --causal --causal-align top-left --window 2,1 --seq 9 --backend all
+  grep -q "window 2 back and 1 ahead (top-left)" "$tmp/out" && pass "$alias: the title names the mask" || fail "$alias: the title does not name the mask"
+  check "$alias: a malformed --window names the option" 2 "--window" -- "$tvlab" "$alias" --window 3,x
+  check "$alias: a negative --window names the option" 2 "--window" -- "$tvlab" "$alias" --window -1
+  check "$alias: an unknown --causal-align names the option" 2 "--causal-align" -- "$tvlab" "$alias" --causal --causal-align middle
+}
