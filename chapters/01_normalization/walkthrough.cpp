@@ -38,20 +38,6 @@ struct Options : StandardOptions {
   double eps = 1e-5;
 };
 
-// The chapter's functions on one backend, by name.
-struct Outputs {
-  Tensor2 layer_norm, rms_norm, gelu, ffn_swiglu;
-};
-
-Outputs run_backend(const std::string& b, const Tensor2& x, const Tensor1& gamma, const Tensor1& beta,
-                    const SwigluWeights& w, double eps) {
-  if (b == "ref")
-    return {ref::layer_norm(x, gamma, beta, eps), ref::rms_norm(x, gamma, eps), ref::gelu(x), ref::ffn_swiglu(x, w)};
-  if (b == "opt")
-    return {opt::layer_norm(x, gamma, beta, eps), opt::rms_norm(x, gamma, eps), opt::gelu(x), opt::ffn_swiglu(x, w)};
-  return {cuda::layer_norm(x, gamma, beta, eps), cuda::rms_norm(x, gamma, eps), cuda::gelu(x), cuda::ffn_swiglu(x, w)};
-}
-
 SwigluWeights random_swiglu(Rng& rng, std::size_t d, std::size_t d_ff) {
   const double s1 = 1 / std::sqrt(static_cast<double>(d)), s3 = 1 / std::sqrt(static_cast<double>(d_ff));
   return {rng.normal_matrix(d, d_ff, 0, s1), rng.normal_matrix(d, d_ff, 0, s1), rng.normal_matrix(d_ff, d, 0, s3)};
@@ -103,24 +89,23 @@ std::vector<DocumentCheck> document_checks() {
 // tour adds CUDA when a device is present.
 std::vector<Agreement> agreements(bool include_cuda) {
   std::vector<Agreement> out;
-  std::vector<std::string> backends = {"opt"};
-  if (include_cuda && cuda_usable()) backends.push_back("cuda");
   for (const auto& [tokens, d] : {std::pair<std::size_t, std::size_t>{4, 8}, {64, 768}, {7, 4096}}) {
     Rng rng(3);
     const Tensor2 x = rng.normal_matrix(tokens, d);
     const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
     const SwigluWeights w = random_swiglu(rng, d, d / 2 + 3);
-    const Outputs r = run_backend("ref", x, gamma, beta, w, 1e-5);
+    const ch01::Backend& r = reference_backend(ch01::backends());
     const std::string example = std::to_string(tokens) + " x " + std::to_string(d);
     // Row reductions of length d, as in the tests: rtol = 10 eps sqrt(d), times a condition
     // number max|x| / sigma (about 4 for N(0, 1) rows) and max|gamma| (about 2).
     const double tol = 10 * 1.2e-7 * std::sqrt(static_cast<double>(d)) * 4 * 2;
-    for (const auto& b : backends) {
-      const Outputs o = run_backend(b, x, gamma, beta, w, 1e-5);
-      out.push_back({"layer_norm", b, example, max_abs_difference(o.layer_norm, r.layer_norm), tol});
-      out.push_back({"rms_norm", b, example, max_abs_difference(o.rms_norm, r.rms_norm), tol});
-      out.push_back({"gelu", b, example, max_abs_difference(o.gelu, r.gelu), 2e-6});
-      out.push_back({"ffn_swiglu", b, example, max_abs_difference(o.ffn_swiglu, r.ffn_swiglu), 2 * tol});
+    for (const auto& b : headline_backends(ch01::backends(), include_cuda)) {
+      out.push_back({"layer_norm", b.name, example,
+                     max_abs_difference(b.layer_norm(x, gamma, beta, 1e-5), r.layer_norm(x, gamma, beta, 1e-5)), tol});
+      out.push_back({"rms_norm", b.name, example,
+                     max_abs_difference(b.rms_norm(x, gamma, 1e-5), r.rms_norm(x, gamma, 1e-5)), tol});
+      out.push_back({"gelu", b.name, example, max_abs_difference(b.gelu(x), r.gelu(x)), 2e-6});
+      out.push_back({"ffn_swiglu", b.name, example, max_abs_difference(b.ffn_swiglu(x, w), r.ffn_swiglu(x, w)), 2 * tol});
     }
   }
   return out;
@@ -267,7 +252,9 @@ int run(const Options& o, const GlobalOptions& g) {
   const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
   const SwigluWeights w = random_swiglu(rng, d, d_ff);
   // The reference first: it validates everything, so --step never prints an invalid case.
-  run_backend("ref", x, gamma, beta, w, o.eps);
+  const ch01::Backend& reference = reference_backend(ch01::backends());
+  reference.layer_norm(x, gamma, beta, o.eps);
+  reference.ffn_swiglu(x, w);
   if (o.step) step_through(x, gamma, beta, w, o.eps);
   // Agreement threshold: float vs double row reductions of length d (and d_ff in the FFN).
   const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(d, d_ff)));

@@ -14,6 +14,7 @@
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/io_model.hpp"
+#include "tvlab/core/compare.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/flash_attention.hpp"
@@ -70,14 +71,16 @@ std::optional<Run> run_on(const ch04::Backend& b, const Inputs& in, const FlashC
 }
 
 // As in the tests: a score is a length-d dot product of size about sqrt(d) after the scale, the
-// output a length-n reduction: 10 eps sqrt(K) (2 sqrt(d) + 1) max|v|, K = max(d, n). With 16-bit
-// inputs, two roundings of a weight may differ by 2u p_j: 2u max|v| more (u = 2^-11 fp16, 2^-8
-// bf16), and n 2^-24 max|v| for fp16's subnormal weights.
+// output a length-n reduction (tvlab::attention_tolerance). With 16-bit inputs, two roundings of
+// a weight may differ by 2u p_j: 2u max|v| more (u = 2^-11 fp16, 2^-8 bf16), and n 2^-24 max|v|
+// for fp16's subnormal weights.
 double tolerance(const Inputs& in, FlashInputs inputs = FlashInputs::fp32) {
-  const auto d = static_cast<double>(in.q.shape()[2]), n = static_cast<double>(in.k.shape()[1]);
-  const double k = std::max(d, n);
-  const double rounding = inputs == FlashInputs::fp16 ? 2 * 0x1p-11 + n * 0x1p-24 : inputs == FlashInputs::bf16 ? 2 * 0x1p-8 : 0.0;
-  return (10 * 1.2e-7 * std::sqrt(k) * (2 * std::sqrt(d) + 1) + rounding) * static_cast<double>(xt::amax(xt::abs(in.v))());
+  const std::size_t d = in.q.shape()[2], n = in.k.shape()[1];
+  const double v_max = static_cast<double>(xt::amax(xt::abs(in.v))());
+  const double rounding = inputs == FlashInputs::fp16   ? 2 * 0x1p-11 + static_cast<double>(n) * 0x1p-24
+                          : inputs == FlashInputs::bf16 ? 2 * 0x1p-8
+                                                        : 0.0;
+  return tvlab::attention_tolerance(d, n, std::sqrt(static_cast<double>(d)), v_max) + rounding * v_max;
 }
 
 // ------------------------------------------------------------------------------ the documents

@@ -20,13 +20,6 @@ bool TourReport::all_agree() const {
   return std::all_of(agreements.begin(), agreements.end(), [](const Agreement& a) { return a.ok(); });
 }
 
-std::vector<std::string> selected_backends(const std::string& backend) {
-  if (backend == "all") return {"ref", "opt", "cuda"};
-  if (backend == "ref" || backend == "opt" || backend == "cuda") return {backend};
-  fail("--backend", "expected ref, opt, cuda or all, got '", backend, "'");
-}
-
-bool cuda_usable() { return cuda::device_available(); }
 
 void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines) {
   for (const auto& b : lines) {

@@ -103,9 +103,6 @@ CLI::App* add_chapter_command(CLI::App& root, GlobalOptions& global, const std::
 
 // ------------------------------------------------------------------------------------- helpers
 
-/// Backends named by `--backend ref|opt|cuda|all`, in that order.
-std::vector<std::string> selected_backends(const std::string& backend);
-bool cuda_usable();  ///< built with CUDA and a device present
 
 /// A labelled matrix, aligned, for a projector; larger than `max_show` rows/cols is elided.
 void print_matrix(std::ostream& out, const std::string& label, const DTensor2& m, int precision = 4,
