@@ -26,7 +26,7 @@ void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines
     std::string notes;
     auto note = [&notes](const std::string& text) { notes += (notes.empty() ? "" : "; ") + text; };
     if (b.caps.max_head_dim) note("head_dim <= " + std::to_string(b.caps.max_head_dim));
-    if (b.caps.low_precision_inputs) note("fp16/bf16/fp8 inputs");
+    if (b.caps.low_precision_inputs) note("low-precision inputs");
     const MaskSupport& m = b.caps.masks;
     if (m.causal || m.top_left || m.window || m.allowed || m.bias || m.alibi) note("masks: " + to_string(m));
     if (const auto reason = unavailable_reason(b.caps)) note("cannot run here: " + *reason);
