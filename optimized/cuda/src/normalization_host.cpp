@@ -1,6 +1,6 @@
 // Host-tensor entry points of the CUDA normalizations: validate, upload, launch, download.
 
-#include "tvlab/cuda/norm_device.hpp"
+#include "tvlab/cuda/normalization_device.hpp"
 #include "tvlab/cuda/normalization.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
