@@ -14,6 +14,7 @@
 #include "tvlab/opt/blas_kernel.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/attention_device.hpp"
+#include "tvlab/cuda/blas.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/softmax.hpp"

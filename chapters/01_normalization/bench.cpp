@@ -11,7 +11,7 @@
 #include "tvlab/opt/blas_kernel.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/ffn_device.hpp"
-#include "tvlab/cuda/norm_device.hpp"
+#include "tvlab/cuda/normalization_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/opt/activations.hpp"
 #include "tvlab/opt/ffn.hpp"

@@ -20,7 +20,7 @@
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/cuda/attention_device.hpp"
-#include "tvlab/cuda/flash_device.hpp"
+#include "tvlab/cuda/flash_attention_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
 // ------------------------------------------------------------------ heap accounting

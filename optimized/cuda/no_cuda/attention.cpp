@@ -6,8 +6,6 @@
 
 namespace tvlab::cuda {
 namespace device {
-void softmax_rows(float*, std::size_t, std::size_t) { no_cuda("softmax_rows"); }
 void scaled_dot_product_attention(const AttentionArgs&) { no_cuda("scaled_dot_product_attention"); }
-void sgemm(std::size_t, std::size_t, std::size_t, const float*, const float*, bool, float*, float) { no_cuda("sgemm"); }
 }  // namespace device
 }  // namespace tvlab::cuda

@@ -6,8 +6,6 @@
 
 namespace tvlab::cuda {
 namespace device {
-void activation_inplace(Activation, float*, std::size_t) { no_cuda("activation_inplace"); }
-void bias_activation_inplace(Activation, float*, const float*, std::size_t, std::size_t) { no_cuda("bias_activation_inplace"); }
 void swiglu_combine(const float*, const float*, float*, std::size_t) { no_cuda("swiglu_combine"); }
 }  // namespace device
 }  // namespace tvlab::cuda

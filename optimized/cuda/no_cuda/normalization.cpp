@@ -2,7 +2,7 @@
 // "built without CUDA", so every program links and the CUDA test cases skip.
 
 #include "no_cuda.hpp"
-#include "tvlab/cuda/norm_device.hpp"
+#include "tvlab/cuda/normalization_device.hpp"
 
 namespace tvlab::cuda {
 namespace device {

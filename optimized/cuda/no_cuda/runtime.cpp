@@ -9,6 +9,8 @@ bool device_available() { return false; }
 std::string device_description() { return "built without CUDA"; }
 
 namespace device {
+int compute_capability() { no_cuda("compute_capability"); }
+std::size_t max_shared_bytes_per_block() { no_cuda("max_shared_bytes_per_block"); }
 void* malloc_bytes(std::size_t) { no_cuda("malloc_bytes"); }
 void free_bytes(void*) noexcept {}
 void copy_to_device(void*, const void*, std::size_t) { no_cuda("copy_to_device"); }

@@ -1,32 +1,21 @@
 // Host-tensor entry points of the CUDA attention: validate, upload, call the device entry
 // points of attention_device.hpp, download. Compiled with or without nvcc.
 
-#include <cmath>
-#include <cstdint>
-#include <limits>
+#include <cstddef>
+#include <optional>
 #include <vector>
 
+#include "attention_args.hpp"
+#include "attention_run.hpp"
+#include "rope_table.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/cuda/attention.hpp"
 #include "tvlab/cuda/attention_device.hpp"
+#include "tvlab/cuda/blas.hpp"
 #include "tvlab/cuda/rope_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
-#include "attention_run.hpp"
-#include "attention_shapes.hpp"
-#include "tvlab/cuda/softmax.hpp"
-#include "tvlab/opt/rope.hpp"
 
 namespace tvlab::cuda {
-
-Tensor2 softmax(const Tensor2& x) {
-  require_nonempty("softmax", "x", x);
-  require_finite_or_neg_inf("softmax", "x", x);
-  Tensor2 y = x;
-  DeviceBuffer<float> buffer(y.data(), y.size());
-  device::softmax_rows(buffer.get(), y.shape()[0], y.shape()[1]);
-  buffer.download(y.data());
-  return y;
-}
 
 namespace detail {
 
@@ -35,37 +24,33 @@ Tensor3 run_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, cons
   const AttentionMask& mask = cfg.mask;
   auto args = attention_shapes<device::AttentionArgs>(q, k, v, scale, mask.causal);
 
-  DeviceBuffer<float> dq(q.data(), q.size()), dk(k.data(), k.size()), dv(v.data(), v.size());
+  DeviceQkv<float> inputs(q, k, v);
   DeviceBuffer<float> dout(args.heads * args.seq_q * args.head_dim_v);
   DeviceBuffer<float> scores(args.heads * args.seq_q * args.seq_k);
   DeviceBuffer<unsigned char> allowed;
-  DeviceBuffer<float> bias;
+  DeviceBuffer<float> bias, slopes;
   if (mask.allowed) {
     std::vector<unsigned char> bytes(mask.allowed->begin(), mask.allowed->end());
     allowed = DeviceBuffer<unsigned char>(bytes.data(), bytes.size());
   }
   if (mask.bias) bias = DeviceBuffer<float>(mask.bias->data(), mask.bias->size());
   // Chapter 02: ALiBi slopes go to the softmax kernel; RoPE rotates the device copies of q and k
-  // in place (table in double on the host, covering the key positions; query i uses row seq_k - seq_q + i).
-  DeviceBuffer<float> slopes, dcos, dsin;  // live until the function returns, after every launch
+  // in place (the table covers the key positions; query i uses row seq_k - seq_q + i).
   if (mask.alibi_slopes) {
     const std::vector<float> m(mask.alibi_slopes->begin(), mask.alibi_slopes->end());
     slopes = DeviceBuffer<float>(m.data(), m.size());
   }
+  std::optional<DeviceRopeTable> table;  // lives until the function returns, after every launch
   if (rope) {
-    const opt::RopeCache cache = opt::make_rope_cache(rope->freqs, rope->first_position, static_cast<long long>(args.seq_k));
-    dcos = DeviceBuffer<float>(cache.cos.data(), cache.cos.size());
-    dsin = DeviceBuffer<float>(cache.sin.data(), cache.sin.size());
+    table.emplace("rope_attention", rope->freqs, rope->first_position, args.seq_k);
     const bool interleaved = rope->layout == RopeLayout::interleaved;
-    const std::size_t query_row = (args.seq_k - args.seq_q) * cache.pairs;
-    device::apply_rope_inplace(dq.get(), args.heads * args.seq_q, args.seq_q, args.head_dim, dcos.get() + query_row,
-                               dsin.get() + query_row, interleaved);
-    device::apply_rope_inplace(dk.get(), args.heads * args.seq_k, args.seq_k, args.head_dim, dcos.get(), dsin.get(),
-                               interleaved);
+    const std::size_t query_row = args.seq_k - args.seq_q;
+    device::apply_rope_inplace(inputs.q.get(), args.heads * args.seq_q, args.seq_q, args.head_dim,
+                               table->cos_from(query_row), table->sin_from(query_row), interleaved);
+    device::apply_rope_inplace(inputs.k.get(), args.heads * args.seq_k, args.seq_k, args.head_dim, table->cos_from(0),
+                               table->sin_from(0), interleaved);
   }
-  args.q = dq.get();
-  args.k = dk.get();
-  args.v = dv.get();
+  inputs.bind(args);
   args.out = dout.get();
   args.scores = scores.get();
   args.mask = allowed.get();

@@ -1,10 +1,12 @@
 #pragma once
-// Error checking for CUDA runtime and cuBLAS calls: a failed call throws tvlab::Error-like
-// std::runtime_error naming the call, file and line (device errors are not bad input).
+// What every .cu file of the CUDA backend shares: error checking for CUDA runtime calls (a failed
+// call throws std::runtime_error naming the call, file and line: device errors are not bad
+// input), the grid size of a grid-stride loop, and block-wide reductions. cuBLAS's own check is
+// in blas.cu, the only file that calls cuBLAS.
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -16,21 +18,17 @@
                                std::to_string(__LINE__) + ": " + cudaGetErrorString(tvlab_status));     \
   } while (0)
 
-#define TVLAB_CUBLAS_CHECK(call)                                                                        \
-  do {                                                                                                  \
-    const cublasStatus_t tvlab_status = (call);                                                         \
-    if (tvlab_status != CUBLAS_STATUS_SUCCESS)                                                          \
-      throw std::runtime_error(std::string("cuBLAS error ") + std::to_string(static_cast<int>(tvlab_status)) + \
-                               " in " + #call + " at " + __FILE__ + ":" + std::to_string(__LINE__));    \
-  } while (0)
-
 namespace tvlab::cuda::detail {
 
-/// One cuBLAS handle per process, created on first use.
-cublasHandle_t cublas_handle();
+/// Blocks of `threads` for a grid-stride loop over n elements: enough to cover n, at least 1,
+/// and at most 65535 (the loop covers the rest).
+inline unsigned grid_stride_blocks(std::size_t n, int threads) {
+  const std::size_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 65535 ? (blocks ? blocks : 1) : 65535);
+}
 
 /// Sum / max over a thread block, by warp shuffles then one shared-memory round.
-/// `scratch` must hold 32 floats. Every thread gets the result.
+/// `scratch` must hold 32 values of T. Every thread gets the result.
 template <class T>
 __device__ inline T warp_sum(T x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);

@@ -1,23 +1,15 @@
-// Host-tensor entry points of the CUDA activations and FFNs: validate, upload, launch, download.
+// Host-tensor entry points of the CUDA FFNs: validate, upload, launch, download. Compiled with or
+// without nvcc.
 
 #include "tvlab/core/error.hpp"
-#include "tvlab/cuda/activations.hpp"
-#include "tvlab/cuda/attention_device.hpp"
+#include "tvlab/cuda/activations_device.hpp"
+#include "tvlab/cuda/blas.hpp"
 #include "tvlab/cuda/ffn.hpp"
 #include "tvlab/cuda/ffn_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
 namespace tvlab::cuda {
 namespace {
-
-Tensor2 activation(const char* fn, device::Activation f, const Tensor2& x) {
-  require_finite(fn, "x", x);
-  Tensor2 y = x;
-  DeviceBuffer<float> buffer(y.data(), y.size());
-  device::activation_inplace(f, buffer.get(), y.size());
-  buffer.download(y.data());
-  return y;
-}
 
 // H = f(x W1 + b1) (cuBLAS + fused epilogue kernel), Y = H W2 (+ b2 preloaded, beta = 1).
 Tensor2 two_layer_ffn(device::Activation f, const Tensor2& x, const FfnWeights& w, std::size_t d_ff) {
@@ -37,11 +29,6 @@ Tensor2 two_layer_ffn(device::Activation f, const Tensor2& x, const FfnWeights& 
 }
 
 }  // namespace
-
-Tensor2 relu(const Tensor2& x) { return activation("relu", device::Activation::relu, x); }
-Tensor2 gelu(const Tensor2& x) { return activation("gelu", device::Activation::gelu, x); }
-Tensor2 gelu_tanh(const Tensor2& x) { return activation("gelu_tanh", device::Activation::gelu_tanh, x); }
-Tensor2 silu(const Tensor2& x) { return activation("silu", device::Activation::silu, x); }
 
 Tensor2 ffn_relu(const Tensor2& x, const FfnWeights& w) {
   return two_layer_ffn(device::Activation::relu, x, w, validate_ffn("ffn_relu", x, w));

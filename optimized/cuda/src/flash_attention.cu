@@ -1,9 +1,10 @@
 // CUDA kernels of chapter 04: flash attention's forward pass, one thread per query row (v1) and
 // tiled with key/value tiles staged in shared memory (v2), and its backward pass; all fp32. No
-// xtensor here; the host-tensor wrappers are in flash_host.cpp.
+// xtensor here; the host-tensor wrappers are in flash_attention_host.cpp, the tensor-core
+// version (v3) in flash_attention_tensor_core.cu.
 
 #include "check.cuh"
-#include "tvlab/cuda/flash_device.hpp"
+#include "tvlab/cuda/flash_attention_device.hpp"
 
 namespace tvlab::cuda::device {
 namespace {
@@ -232,15 +233,6 @@ void flash_forward_rowwise(const FlashArgs& a) {
   constexpr int kThreads = 128;
   flash_rowwise_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads>>>(a);
   TVLAB_CUDA_CHECK(cudaGetLastError());
-}
-
-std::size_t flash_tiled_shared_bytes(const FlashArgs& a) { return a.block_k * (a.head_dim + a.head_dim_v) * sizeof(float); }
-
-std::size_t max_shared_bytes_per_block() {
-  int device = 0, bytes = 0;
-  TVLAB_CUDA_CHECK(cudaGetDevice(&device));
-  TVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return static_cast<std::size_t>(bytes);
 }
 
 void flash_forward_tiled(const FlashArgs& a) {

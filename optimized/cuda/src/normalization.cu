@@ -1,7 +1,8 @@
-// CUDA kernels of chapter 01's LayerNorm and RMSNorm. No xtensor here.
+// CUDA kernels of chapter 01's LayerNorm and RMSNorm, forward and backward. No xtensor here; the
+// host-tensor wrappers are in normalization_host.cpp.
 
 #include "check.cuh"
-#include "tvlab/cuda/norm_device.hpp"
+#include "tvlab/cuda/normalization_device.hpp"
 
 namespace tvlab::cuda::device {
 namespace {
@@ -9,15 +10,15 @@ namespace {
 using tvlab::cuda::detail::block_sum;
 constexpr int kThreads = 256;
 
-// One block per row. mean (LayerNorm only) and 1/sigma by block reductions, then
-// y = gamma * (x - mean) * rstd (+ beta) in the same kernel. The sums are accumulated in double:
-// the kernel is memory-bound, so this costs nothing, and squares of |x| > 1.8e19 cannot overflow.
+// The statistics of row xr, by block reductions over its cols values: mean (LayerNorm; 0 for
+// RMSNorm) and rstd = 1/sigma. The sums are accumulated in double: the kernels are memory-bound,
+// so this costs nothing, and squares of |x| > 1.8e19 cannot overflow. Every thread gets both.
+struct RowStats {
+  double mean, rstd;
+};
+
 template <bool kLayerNorm>
-__global__ void norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, int cols,
-                                    double eps) {
-  __shared__ double scratch[32];
-  const float* xr = x + static_cast<long long>(blockIdx.x) * cols;
-  float* yr = y + static_cast<long long>(blockIdx.x) * cols;
+__device__ RowStats row_stats(const float* xr, int cols, double eps, double* scratch) {
   double mean = 0.0;
   if (kLayerNorm) {
     double s = 0.0;
@@ -26,7 +27,18 @@ __global__ void norm_forward_kernel(const float* x, const float* gamma, const fl
   }
   double sq = 0.0;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
-  const double rstd = rsqrt(block_sum(sq, scratch) / cols + eps);
+  return {mean, rsqrt(block_sum(sq, scratch) / cols + eps)};
+}
+
+// One block per row: the row's statistics, then y = gamma * (x - mean) * rstd (+ beta) in the
+// same kernel.
+template <bool kLayerNorm>
+__global__ void norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, int cols,
+                                    double eps) {
+  __shared__ double scratch[32];
+  const float* xr = x + static_cast<long long>(blockIdx.x) * cols;
+  float* yr = y + static_cast<long long>(blockIdx.x) * cols;
+  const auto [mean, rstd] = row_stats<kLayerNorm>(xr, cols, eps, scratch);
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     const double v = gamma[j] * ((xr[j] - mean) * rstd);
     yr[j] = static_cast<float>(kLayerNorm ? v + beta[j] : v);
@@ -42,15 +54,7 @@ __global__ void norm_backward_rows_kernel(const float* x, const float* gamma, co
   const long long offset = static_cast<long long>(blockIdx.x) * cols;
   const float *xr = x + offset, *dyr = dy + offset;
   float* dxr = dx + offset;
-  double mean = 0.0;
-  if (kLayerNorm) {
-    double s = 0.0;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
-    mean = block_sum(s, scratch) / cols;
-  }
-  double sq = 0.0;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
-  const double rstd = rsqrt(block_sum(sq, scratch) / cols + eps);
+  const auto [mean, rstd] = row_stats<kLayerNorm>(xr, cols, eps, scratch);
   double sum_g = 0.0, sum_gx = 0.0;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) {
     const double g = static_cast<double>(gamma[j]) * dyr[j];

@@ -1,7 +1,8 @@
 // Host-tensor entry points of the CUDA normalizations: validate, upload, launch, download.
+// Compiled with or without nvcc.
 
-#include "tvlab/cuda/norm_device.hpp"
 #include "tvlab/cuda/normalization.hpp"
+#include "tvlab/cuda/normalization_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 
 namespace tvlab::cuda {
@@ -11,14 +12,8 @@ Tensor2 forward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const T
   DeviceBuffer<float> dx(x.data(), x.size()), dgamma(gamma.data(), gamma.size()), dy(x.size());
   DeviceBuffer<float> dbeta;
   if (beta) dbeta = DeviceBuffer<float>(beta->data(), beta->size());
-  device::NormArgs args;
-  args.x = dx.get();
-  args.gamma = dgamma.get();
-  args.beta = dbeta.get();
-  args.y = dy.get();
-  args.rows = x.shape()[0];
-  args.cols = x.shape()[1];
-  args.eps = eps;
+  const device::NormArgs args{.x = dx.get(), .gamma = dgamma.get(), .beta = dbeta.get(), .y = dy.get(),
+                              .rows = x.shape()[0], .cols = x.shape()[1], .eps = eps};
   if (layer_norm) {
     device::layer_norm_forward(args);
   } else {
@@ -35,17 +30,9 @@ Tensor2 backward(bool layer_norm, const Tensor2& x, const Tensor1& gamma, const 
   const std::size_t rows = x.shape()[0], cols = x.shape()[1];
   DeviceBuffer<float> dev_x(x.data(), x.size()), dev_gamma(gamma.data(), gamma.size()), dev_dy(dy.data(), dy.size());
   DeviceBuffer<float> dev_dx(x.size()), dev_dgamma(cols), dev_dbeta(cols), stats(2 * rows);
-  device::NormBackwardArgs args;
-  args.x = dev_x.get();
-  args.gamma = dev_gamma.get();
-  args.dy = dev_dy.get();
-  args.dx = dev_dx.get();
-  args.dgamma = dev_dgamma.get();
-  args.dbeta = dev_dbeta.get();
-  args.stats = stats.get();
-  args.rows = rows;
-  args.cols = cols;
-  args.eps = eps;
+  const device::NormBackwardArgs args{.x = dev_x.get(), .gamma = dev_gamma.get(), .dy = dev_dy.get(),
+                                      .dx = dev_dx.get(), .dgamma = dev_dgamma.get(), .dbeta = dev_dbeta.get(),
+                                      .stats = stats.get(), .rows = rows, .cols = cols, .eps = eps};
   if (layer_norm) {
     device::layer_norm_backward(args);
   } else {

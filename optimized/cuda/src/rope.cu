@@ -1,4 +1,5 @@
-// CUDA kernel of chapter 02: RoPE applied in place, both layouts.
+// CUDA kernel of chapter 02: RoPE applied in place, both layouts. No xtensor here; the
+// host-tensor wrapper and the cos/sin table are in rope_host.cpp.
 
 #include "check.cuh"
 #include "tvlab/cuda/rope_device.hpp"
@@ -31,8 +32,7 @@ void apply_rope_inplace(float* x, std::size_t rows, std::size_t seq, std::size_t
                         const float* sin, bool interleaved) {
   const long long total_pairs = static_cast<long long>(rows * (head_dim / 2));
   if (total_pairs == 0) return;
-  const long long blocks = (total_pairs + kThreads - 1) / kThreads;
-  rope_kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kThreads>>>(
+  rope_kernel<<<detail::grid_stride_blocks(static_cast<std::size_t>(total_pairs), kThreads), kThreads>>>(
       x, total_pairs, static_cast<int>(seq), static_cast<int>(head_dim), cos, sin, interleaved);
   TVLAB_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,3 +1,9 @@
+// The CUDA runtime behind runtime.hpp: device queries, memory, copies, kernel timing.
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
 #include "check.cuh"
 #include "tvlab/cuda/runtime.hpp"
 
@@ -21,6 +27,21 @@ std::string device_description() {
 
 namespace device {
 
+int compute_capability() {
+  int device = 0, major = 0, minor = 0;
+  TVLAB_CUDA_CHECK(cudaGetDevice(&device));
+  TVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  TVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
+std::size_t max_shared_bytes_per_block() {
+  int device = 0, bytes = 0;
+  TVLAB_CUDA_CHECK(cudaGetDevice(&device));
+  TVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<std::size_t>(bytes);
+}
+
 void* malloc_bytes(std::size_t bytes) {
   void* ptr = nullptr;
   TVLAB_CUDA_CHECK(cudaMalloc(&ptr, bytes));
@@ -37,30 +58,6 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes) {
 }
 void fill_bytes(void* dst, int value, std::size_t bytes) { TVLAB_CUDA_CHECK(cudaMemset(dst, value, bytes)); }
 void synchronize() { TVLAB_CUDA_CHECK(cudaDeviceSynchronize()); }
-
-}  // namespace device
-
-namespace detail {
-
-cublasHandle_t cublas_handle() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    TVLAB_CUBLAS_CHECK(cublasCreate(&h));
-    // Plain FP32 (no TF32 tensor cores), so results stay within the float tolerance of the reference.
-    TVLAB_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-    return h;
-  }();
-  return handle;
-}
-
-}  // namespace detail
-}  // namespace tvlab::cuda
-
-#include <algorithm>
-#include <stdexcept>
-#include <vector>
-
-namespace tvlab::cuda::device {
 
 double time_kernel_ms(void (*work)(void*), void* context, int repeats) {
   if (repeats <= 0) throw std::invalid_argument("time_kernel_ms: repeats (" + std::to_string(repeats) + ") must be positive");
@@ -88,4 +85,5 @@ double time_kernel_ms(void (*work)(void*), void* context, int repeats) {
   return times[times.size() / 2];
 }
 
-}  // namespace tvlab::cuda::device
+}  // namespace device
+}  // namespace tvlab::cuda

@@ -1,14 +1,12 @@
 #pragma once
 /// @file
-/// Device-pointer entry points of chapter 00 (softmax, attention). No xtensor here: these are
-/// what the `.cu` files implement and what the CUDA benchmarks call directly.
+/// Device-pointer entry point of chapter 00's attention (no xtensor here): what attention.cu
+/// implements and what the CUDA benchmarks call directly. The row softmax is in
+/// `softmax_device.hpp`, SGEMM in `blas.hpp`.
 
 #include <cstddef>
 
 namespace tvlab::cuda::device {
-
-/// Row-wise stable softmax in place on `x` `[rows, cols]` (device memory); one block per row.
-void softmax_rows(float* x, std::size_t rows, std::size_t cols);
 
 /// Arguments of device scaled dot-product attention. All pointers are device memory.
 struct AttentionArgs {
@@ -25,13 +23,8 @@ struct AttentionArgs {
   bool causal = false;
 };
 
-/// cuBLAS strided-batched SGEMM for \f$ S = \text{scale}\,QK^\top \f$, a masked softmax kernel,
-/// and a second batched SGEMM for \f$ O = PV \f$.
+/// cuBLAS strided-batched SGEMM for \f$ S = \text{scale}\,QK^\top \f$, the masked softmax
+/// kernel (`masked_softmax_rows`), and a second batched SGEMM for \f$ O = PV \f$.
 void scaled_dot_product_attention(const AttentionArgs& args);
-
-/// Row-major C[m, n] = A[m, k] * op(B) (+ beta C) with cuBLAS; op(B) = B `[k, n]` or, when
-/// `transpose_b`, B stored `[n, k]`.
-void sgemm(std::size_t m, std::size_t n, std::size_t k, const float* a, const float* b, bool transpose_b,
-           float* c, float beta = 0.0f);
 
 }  // namespace tvlab::cuda::device

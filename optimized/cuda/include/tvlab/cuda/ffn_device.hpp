@@ -1,17 +1,13 @@
 #pragma once
 /// @file
-/// Device-pointer entry points of chapter 01's activations and FFN epilogues (no xtensor here).
+/// Device-pointer entry point of chapter 01's FFN epilogues (no xtensor here). The FFNs' products
+/// are `device::sgemm` (`blas.hpp`); the bias + activation epilogue is
+/// `device::bias_activation_inplace` (`activations_device.hpp`).
 
 #include <cstddef>
 
 namespace tvlab::cuda::device {
 
-enum class Activation { relu, gelu, gelu_tanh, silu };
-
-/// x = f(x) elementwise over n values.
-void activation_inplace(Activation f, float* x, std::size_t n);
-/// x[r, c] = f(x[r, c] + bias[c]) over a [rows, cols] matrix; bias may be null.
-void bias_activation_inplace(Activation f, float* x, const float* bias, std::size_t rows, std::size_t cols);
 /// out = SiLU(gate) * up elementwise over n values (out may alias gate).
 void swiglu_combine(const float* gate, const float* up, float* out, std::size_t n);
 

@@ -1,7 +1,9 @@
 #pragma once
 /// @file
 /// CUDA attention with rotary position embeddings (chapter 02), host tensors in and out. Must
-/// match `tvlab::ref::rope_attention`.
+/// match `tvlab::ref::rope_attention`. No kernels of its own (so no rope_attention.cu or
+/// rope_attention_device.hpp): rope_attention_host.cpp runs rope.cu's kernel on q and k, then
+/// chapter 00's attention (attention.cu, softmax.cu, blas.cu).
 
 #include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/rope_config.hpp"

@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// The CUDA runtime as the rest of tvlab sees it: is there a device, device memory, copies.
-/// This header has no xtensor and no CUDA headers, so `.cu` files and plain C++ both include it.
-/// Without nvcc the same functions come from `cuda/no_cuda/runtime.cpp`: `device_available()` is false and
-/// everything else throws "built without CUDA".
+/// The CUDA runtime as the rest of tvlab sees it: is there a device and what can it do, device
+/// memory and copies, kernel timing. The generic device helpers live here and in `blas.hpp`
+/// (SGEMM through cuBLAS), not in the topic files. This header has no xtensor and no CUDA
+/// headers, so `.cu` files and plain C++ both include it. Without nvcc the same functions come
+/// from `cuda/no_cuda/runtime.cpp`: `device_available()` is false and everything else throws
+/// "built without CUDA".
 
 #include <cstddef>
 #include <string>
@@ -18,12 +20,22 @@ std::string device_description();
 
 namespace device {
 
+/// The current device's compute capability as major * 10 + minor (90 for H100 / H200).
+int compute_capability();
+/// The most shared memory one thread block may use on the current device, in bytes (with the
+/// opt-in beyond 48 KiB that the kernels request: 227 KiB on sm_90).
+std::size_t max_shared_bytes_per_block();
+
 void* malloc_bytes(std::size_t bytes);
 void free_bytes(void* ptr) noexcept;
 void copy_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_to_host(void* dst, const void* src, std::size_t bytes);
 void fill_bytes(void* dst, int value, std::size_t bytes);
 void synchronize();
+
+/// Times `work` with CUDA events: one warm-up call, then `repeats` calls, each after an L2
+/// flush (a 256 MiB memset), so every repeat reads its inputs from HBM. Returns the median in ms.
+double time_kernel_ms(void (*work)(void*), void* context, int repeats = 10);
 
 }  // namespace device
 
@@ -61,11 +73,3 @@ class DeviceBuffer {
 };
 
 }  // namespace tvlab::cuda
-
-namespace tvlab::cuda::device {
-
-/// Times `work` with CUDA events: one warm-up call, then `repeats` calls, each after an L2
-/// flush (a 256 MiB memset), so every repeat reads its inputs from HBM. Returns the median in ms.
-double time_kernel_ms(void (*work)(void*), void* context, int repeats = 10);
-
-}  // namespace tvlab::cuda::device

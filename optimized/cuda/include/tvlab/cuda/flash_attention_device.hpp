@@ -1,9 +1,20 @@
 #pragma once
 /// @file
-/// Device-pointer entry points of chapter 04's flash attention (no xtensor here).
+/// Device-pointer entry points of chapter 04's flash attention (no xtensor here): the fp32
+/// kernels of flash_attention.cu and the tensor-core kernel of flash_attention_tensor_core.cu,
+/// with the shared memory each one stages per block. The shared-memory formulas are written
+/// here once, as inline functions, so the launch, the host wrapper that sizes the tiles and the
+/// build without CUDA all compute the same number.
 
 #include <cstddef>
 #include <cstdint>
+
+// The tensor-core layout is computed on the host (tile sizing) and in the kernel.
+#if defined(__CUDACC__)
+#define TVLAB_HOST_DEVICE __host__ __device__
+#else
+#define TVLAB_HOST_DEVICE
+#endif
 
 namespace tvlab::cuda::device {
 
@@ -31,6 +42,12 @@ void flash_forward_rowwise(const FlashArgs& args);
 /// in registers and q and the output accumulator in per-thread arrays (local memory), and adds
 /// its tile counts to `tile_counts`. fp32 throughout. block_q <= 1024.
 void flash_forward_tiled(const FlashArgs& args);
+
+/// The shared memory the tiled kernel stages per block: a key tile and a value tile,
+/// block_k (head_dim + head_dim_v) floats.
+inline std::size_t flash_tiled_shared_bytes(const FlashArgs& a) {
+  return a.block_k * (a.head_dim + a.head_dim_v) * sizeof(float);
+}
 
 /// Arguments of the backward kernels (fp32). All pointers are device memory, row-major.
 struct FlashBackwardArgs {
@@ -91,15 +108,50 @@ struct FlashTensorCoreArgs {
 /// skipped per block, and per warp. Needs sm_80 or later.
 void flash_forward_tensor_core(const FlashTensorCoreArgs& args);
 
-/// The shared memory the tensor-core kernel needs for these arguments (padded head dimensions,
-/// skewed rows; see flash_tensor_core.cu).
-std::size_t flash_tensor_core_shared_bytes(const FlashTensorCoreArgs& args);
+/// Where the tensor-core kernel keeps its tiles in one block's shared memory (the picture and the
+/// reasons are in flash_attention_tensor_core.cu). dp, dvp: head_dim and head_dim_v rounded up to
+/// 16; every row padded by 16 bytes (8 16-bit or 4 float elements) against bank conflicts. The
+/// `*_at` fields are byte offsets, `ld_*` row lengths (leading dimensions) in elements, `bytes`
+/// the total. Every region and every 16-row block inside it starts on a 32-byte boundary, as
+/// WMMA's loads and stores require: the row counts are multiples of 16 and every row is a whole
+/// number of 2-byte or 4-byte elements.
+struct FlashTensorCoreLayout {
+  int bq, bk, dp, dvp;
+  int ld_qk, ld_v, ld_s, ld_p, ld_o;
+  unsigned long long q_at, k_at, v_at, s_at, p_at, o_at, bytes;
+};
 
-/// The current device's compute capability as major * 10 + minor (90 for H100 / H200).
-int compute_capability();
+/// The layout for query tiles of bq rows, key tiles of bk rows and head dimensions d, dv:
+/// Q_i [bq][dp + 8], K_j [bk][dp + 8], V_j [bk][dvp + 8] (16-bit); S [bq][bk + 4] (fp32),
+/// P~ [bq][bk + 8] (16-bit), O~ [bq][dvp + 4] (fp32), 16 rows of S, P~ and O~ per warp.
+TVLAB_HOST_DEVICE constexpr FlashTensorCoreLayout flash_tensor_core_layout(int bq, int bk, int d, int dv) {
+  constexpr int kSkew16 = 8, kSkewFloat = 4;  // 16 bytes of padding per row
+  FlashTensorCoreLayout t{};
+  t.bq = bq;
+  t.bk = bk;
+  t.dp = (d + 15) / 16 * 16;
+  t.dvp = (dv + 15) / 16 * 16;
+  t.ld_qk = t.dp + kSkew16;
+  t.ld_v = t.dvp + kSkew16;
+  t.ld_s = bk + kSkewFloat;
+  t.ld_p = bk + kSkew16;
+  t.ld_o = t.dvp + kSkewFloat;
+  t.q_at = 0;
+  t.k_at = t.q_at + 2ULL * bq * t.ld_qk;
+  t.v_at = t.k_at + 2ULL * bk * t.ld_qk;
+  t.s_at = t.v_at + 2ULL * bk * t.ld_v;  // bq rows: 16 per warp
+  t.p_at = t.s_at + 4ULL * bq * t.ld_s;
+  t.o_at = t.p_at + 2ULL * bq * t.ld_p;
+  t.bytes = t.o_at + 4ULL * bq * t.ld_o;
+  return t;
+}
 
-/// The shared memory the tiled kernel needs for these arguments, and the most a block may use.
-std::size_t flash_tiled_shared_bytes(const FlashArgs& args);
-std::size_t max_shared_bytes_per_block();
+/// The shared memory the tensor-core kernel needs for these arguments.
+inline std::size_t flash_tensor_core_shared_bytes(const FlashTensorCoreArgs& a) {
+  return static_cast<std::size_t>(flash_tensor_core_layout(static_cast<int>(a.block_q), static_cast<int>(a.block_k),
+                                                           static_cast<int>(a.head_dim),
+                                                           static_cast<int>(a.head_dim_v))
+                                      .bytes);
+}
 
 }  // namespace tvlab::cuda::device

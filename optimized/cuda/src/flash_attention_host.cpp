@@ -7,14 +7,15 @@
 
 #include "tvlab/core/error.hpp"
 #include "tvlab/cuda/flash_attention.hpp"
-#include "tvlab/cuda/flash_device.hpp"
+#include "tvlab/cuda/flash_attention_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
-#include "attention_shapes.hpp"
+#include "attention_args.hpp"
 
 namespace tvlab::cuda {
 namespace {
 
-// The forward kernels' device outputs (out, lse, and the two tile counters) and their download.
+// The forward kernels' device outputs (out, lse, and the two tile counters), the argument
+// struct's pointers to them, and their download.
 struct ForwardOutputs {
   std::size_t heads, seq_q, head_dim_v;
   DeviceBuffer<float> out, lse;
@@ -23,6 +24,13 @@ struct ForwardOutputs {
   ForwardOutputs(std::size_t h, std::size_t n, std::size_t dv)
       : heads(h), seq_q(n), head_dim_v(dv), out(h * n * dv), lse(h * n) {
     device::fill_bytes(counts.get(), 0, 2 * sizeof(unsigned long long));
+  }
+
+  template <class Args>
+  void bind(Args& args) const {
+    args.out = out.get();
+    args.lse = lse.get();
+    args.tile_counts = counts.get();
   }
 
   FlashOutput download() const {
@@ -37,6 +45,26 @@ struct ForwardOutputs {
   }
 };
 
+// Runs a forward kernel on inputs already on the device and downloads its outputs.
+template <class Args, class T>
+FlashOutput run_forward(Args args, const DeviceQkv<T>& inputs, void (*kernel)(const Args&)) {
+  ForwardOutputs outputs(args.heads, args.seq_q, args.head_dim_v);
+  inputs.bind(args);
+  outputs.bind(args);
+  kernel(args);
+  return outputs.download();
+}
+
+// The largest tile (at most the tile already in `args`, at least 1 row) whose staged rows fit
+// `limit` bytes of shared memory, by the kernel's own formula `shared_bytes` (linear in the tile).
+template <class Args>
+std::size_t rows_that_fit(Args args, std::size_t Args::*tile, std::size_t (*shared_bytes)(const Args&),
+                          std::size_t limit) {
+  const std::size_t rows = args.*tile;
+  args.*tile = 1;
+  return std::max<std::size_t>(1, std::min(rows, limit / shared_bytes(args)));
+}
+
 FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg, bool tiled) {
   const char* fn = "flash_attention_forward";
   const double scale = validate_flash(fn, q, k, v, cfg);
@@ -49,27 +77,19 @@ FlashOutput run(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Flas
   args.block_k = std::min(cfg.block_k, args.seq_k);
   if (tiled) {
     require(args.block_q <= 1024, fn, "block_q (", cfg.block_q, ") must be <= 1024: one thread per query row");
-    const std::size_t limit = device::max_shared_bytes_per_block();
-    const std::size_t row_bytes = (args.head_dim + args.head_dim_v) * sizeof(float);
-    args.block_k = std::max<std::size_t>(1, std::min(args.block_k, limit / row_bytes));
+    args.block_k = rows_that_fit(args, &device::FlashArgs::block_k, device::flash_tiled_shared_bytes,
+                                 device::max_shared_bytes_per_block());
   }
-  DeviceBuffer<float> dq(q.data(), q.size()), dk(k.data(), k.size()), dv(v.data(), v.size());
-  ForwardOutputs outputs(args.heads, args.seq_q, args.head_dim_v);
-  args.q = dq.get();
-  args.k = dk.get();
-  args.v = dv.get();
-  args.out = outputs.out.get();
-  args.lse = outputs.lse.get();
-  args.tile_counts = outputs.counts.get();
-  if (tiled) {
-    device::flash_forward_tiled(args);
-  } else {
-    device::flash_forward_rowwise(args);  // counts no tiles: both counters stay 0
-  }
-  return outputs.download();
+  // The rowwise kernel counts no tiles: both counters stay 0.
+  return run_forward(args, DeviceQkv<float>(q, k, v), tiled ? device::flash_forward_tiled : device::flash_forward_rowwise);
 }
 
 std::size_t round_up_16(std::size_t x) { return (x + 15) / 16 * 16; }
+
+// The layout is the kernel's own (flash_attention_device.hpp), computed at compile time here: with
+// 64 x 64 tiles at head_dim 64 a block needs 70 KiB, beyond the 48 KiB a kernel gets without
+// opting in.
+static_assert(device::flash_tensor_core_layout(64, 64, 64, 64).bytes == 70 * 1024);
 
 }  // namespace
 
@@ -104,16 +124,7 @@ FlashOutput flash_attention_forward_tensor_core(const Tensor3& q, const Tensor3&
   require(blocks <= 0x7fffffffU, fn, "heads x query tiles (", blocks, ") exceeds the 2^31 - 1 blocks of a CUDA grid");
   const std::vector<std::uint16_t> hq = to_16_bit_inputs(q, cfg.inputs), hk = to_16_bit_inputs(k, cfg.inputs),
                                    hv = to_16_bit_inputs(v, cfg.inputs);
-  DeviceBuffer<std::uint16_t> dq(hq.data(), hq.size()), dk(hk.data(), hk.size()), dv(hv.data(), hv.size());
-  ForwardOutputs outputs(args.heads, args.seq_q, args.head_dim_v);
-  args.q = dq.get();
-  args.k = dk.get();
-  args.v = dv.get();
-  args.out = outputs.out.get();
-  args.lse = outputs.lse.get();
-  args.tile_counts = outputs.counts.get();
-  device::flash_forward_tensor_core(args);
-  return outputs.download();
+  return run_forward(args, DeviceQkv<std::uint16_t>(hq, hk, hv), device::flash_forward_tensor_core);
 }
 
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
@@ -129,17 +140,15 @@ FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Te
   require(args.block_q <= 1024, fn, "block_q (", cfg.block_q, ") must be <= 1024: one thread per query row");
   require(args.block_k <= 1024, fn, "block_k (", cfg.block_k, ") must be <= 1024: one thread per key row");
   const std::size_t limit = device::max_shared_bytes_per_block();
-  args.block_q = std::max<std::size_t>(1, std::min(args.block_q, limit / ((args.head_dim + args.head_dim_v + 2) * sizeof(float))));
-  args.block_k = std::max<std::size_t>(1, std::min(args.block_k, limit / ((args.head_dim + args.head_dim_v) * sizeof(float))));
+  args.block_q = rows_that_fit(args, &device::FlashBackwardArgs::block_q, device::flash_backward_dkdv_shared_bytes, limit);
+  args.block_k = rows_that_fit(args, &device::FlashBackwardArgs::block_k, device::flash_backward_dq_shared_bytes, limit);
   const std::size_t blocks = args.heads * ((std::max(args.seq_q, args.seq_k) + std::min(args.block_q, args.block_k) - 1) /
                                            std::min(args.block_q, args.block_k));
   require(blocks <= 0x7fffffffU, fn, "heads x tiles (", blocks, ") exceeds the 2^31 - 1 blocks of a CUDA grid");
-  DeviceBuffer<float> dq_in(q.data(), q.size()), dk_in(k.data(), k.size()), dv_in(v.data(), v.size());
+  const DeviceQkv<float> inputs(q, k, v);
   DeviceBuffer<float> d_out(out.data(), out.size()), d_lse(lse.data(), lse.size()), d_dout(dout.data(), dout.size());
   DeviceBuffer<float> delta(lse.size()), dq(q.size()), dk(k.size()), dv(v.size());
-  args.q = dq_in.get();
-  args.k = dk_in.get();
-  args.v = dv_in.get();
+  inputs.bind(args);
   args.out = d_out.get();
   args.lse = d_lse.get();
   args.dout = d_dout.get();

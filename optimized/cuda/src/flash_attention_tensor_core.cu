@@ -1,6 +1,7 @@
 // CUDA kernel of chapter 04 on tensor cores: flash attention's forward pass with fp16 or bf16
 // inputs and fp32 accumulation, written with the WMMA API (one 16 x 16 x 16 matrix product per
-// warp instruction sequence). No xtensor here; the host-tensor wrapper is in flash_host.cpp.
+// warp instruction sequence). No xtensor here; the host-tensor wrapper is in
+// flash_attention_host.cpp.
 //
 // One thread block per (head, query tile of bq rows); warp w owns query rows 16w .. 16w + 15 of
 // the tile. Shared memory of one block (16-bit elements for Q, K, V, P~; fp32 for S, O~):
@@ -13,14 +14,15 @@
 // the products). Without padding, rows of 128 bytes or a multiple of it would all start in the
 // same shared-memory bank, and a load that reads the same columns of several rows would queue on
 // it. The extra 8 (or 4) elements shift each row by 16 bytes (4 of the 32 four-byte banks), so 8
-// successive rows start in different banks.
+// successive rows start in different banks. The layout (offsets, row lengths, total bytes) is
+// `flash_tensor_core_layout` in flash_attention_device.hpp, which the host also uses to size the tiles.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 
 #include "check.cuh"
-#include "tvlab/cuda/flash_device.hpp"
+#include "tvlab/cuda/flash_attention_device.hpp"
 
 namespace tvlab::cuda::device {
 namespace {
@@ -29,40 +31,8 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kMma = 16;        // the WMMA shape: 16 x 16 x 16
 constexpr int kWarp = 32;       // threads per warp
-constexpr int kSkew16 = 8;      // padding per row of a 16-bit tile: 16 bytes
-constexpr int kSkewFloat = 4;   // padding per row of a float tile: 16 bytes
 
-__host__ __device__ constexpr int round_up_16(int x) { return (x + kMma - 1) / kMma * kMma; }
-
-// Row lengths (leading dimensions) and byte offsets of the regions above. Every region and every
-// 16-row block inside it starts on a 32-byte boundary, as WMMA's loads and stores require: the
-// row counts are multiples of 16 and every row is a whole number of 2-byte or 4-byte elements.
-struct Layout {
-  int bq, bk, dp, dvp;
-  int ld_qk, ld_v, ld_s, ld_p, ld_o;
-  unsigned long long q_at, k_at, v_at, s_at, p_at, o_at, bytes;
-};
-
-__host__ __device__ Layout make_layout(int bq, int bk, int d, int dv) {
-  Layout t{};
-  t.bq = bq;
-  t.bk = bk;
-  t.dp = round_up_16(d);
-  t.dvp = round_up_16(dv);
-  t.ld_qk = t.dp + kSkew16;
-  t.ld_v = t.dvp + kSkew16;
-  t.ld_s = bk + kSkewFloat;
-  t.ld_p = bk + kSkew16;
-  t.ld_o = t.dvp + kSkewFloat;
-  t.q_at = 0;
-  t.k_at = t.q_at + 2ULL * bq * t.ld_qk;
-  t.v_at = t.k_at + 2ULL * bk * t.ld_qk;
-  t.s_at = t.v_at + 2ULL * bk * t.ld_v;  // bq rows: 16 per warp
-  t.p_at = t.s_at + 4ULL * bq * t.ld_s;
-  t.o_at = t.p_at + 2ULL * bq * t.ld_p;
-  t.bytes = t.o_at + 4ULL * bq * t.ld_o;
-  return t;
-}
+using Layout = FlashTensorCoreLayout;
 
 template <class T>
 __device__ T from_float(float x);
@@ -89,7 +59,7 @@ __global__ void __launch_bounds__(256) flash_tensor_core_kernel(FlashTensorCoreA
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   const int d = static_cast<int>(a.head_dim), dv = static_cast<int>(a.head_dim_v);
-  const Layout t = make_layout(static_cast<int>(a.block_q), static_cast<int>(a.block_k), d, dv);
+  const Layout t = flash_tensor_core_layout(static_cast<int>(a.block_q), static_cast<int>(a.block_k), d, dv);
   T* q_tile = reinterpret_cast<T*>(smem + t.q_at);
   T* k_tile = reinterpret_cast<T*>(smem + t.k_at);
   T* v_tile = reinterpret_cast<T*>(smem + t.v_at);
@@ -212,14 +182,13 @@ __global__ void __launch_bounds__(256) flash_tensor_core_kernel(FlashTensorCoreA
 
 template <class T>
 void launch(const FlashTensorCoreArgs& a) {
-  const Layout t = make_layout(static_cast<int>(a.block_q), static_cast<int>(a.block_k), static_cast<int>(a.head_dim),
-                               static_cast<int>(a.head_dim_v));
+  const std::size_t shared = flash_tensor_core_shared_bytes(a);
   // Beyond 48 KiB a kernel must opt in to the larger shared memory of sm_80 / sm_90.
   TVLAB_CUDA_CHECK(cudaFuncSetAttribute(flash_tensor_core_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(t.bytes)));
+                                        static_cast<int>(shared)));
   const std::size_t q_tiles = (a.seq_q + a.block_q - 1) / a.block_q;
   const unsigned threads = static_cast<unsigned>(a.block_q / kMma * kWarp);
-  flash_tensor_core_kernel<T><<<static_cast<unsigned>(a.heads * q_tiles), threads, t.bytes>>>(a);
+  flash_tensor_core_kernel<T><<<static_cast<unsigned>(a.heads * q_tiles), threads, shared>>>(a);
   TVLAB_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -231,20 +200,6 @@ void flash_forward_tensor_core(const FlashTensorCoreArgs& a) {
   } else {
     launch<__half>(a);
   }
-}
-
-std::size_t flash_tensor_core_shared_bytes(const FlashTensorCoreArgs& a) {
-  return make_layout(static_cast<int>(a.block_q), static_cast<int>(a.block_k), static_cast<int>(a.head_dim),
-                     static_cast<int>(a.head_dim_v))
-      .bytes;
-}
-
-int compute_capability() {
-  int device = 0, major = 0, minor = 0;
-  TVLAB_CUDA_CHECK(cudaGetDevice(&device));
-  TVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major * 10 + minor;
 }
 
 }  // namespace tvlab::cuda::device
