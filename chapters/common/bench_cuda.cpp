@@ -1,0 +1,37 @@
+#include "bench_cuda.hpp"
+
+#include <stdexcept>
+
+#include "backend.hpp"
+#include "tvlab/core/xt.hpp"
+
+namespace tvlab::bench {
+
+void add_device_benchmark(const std::string& name, const std::function<void(benchmark::State&)>& body,
+                          const Shapes& shapes) {
+  if (const auto reason = unavailable_reason({.needs_device = true})) {
+    note_not_timed(name, *reason);
+    return;
+  }
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), [body](benchmark::State& state) {
+    run_guarded(state, [&] { body(state); });
+  });
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+  shapes(b);
+}
+
+void time_on_device(benchmark::State& state, const std::function<void()>& kernel) {
+  auto run = [](void* work) { (*static_cast<const std::function<void()>*>(work))(); };
+  for (auto _ : state) state.SetIterationTime(cuda::device::time_kernel_ms(run, const_cast<std::function<void()>*>(&kernel)) / 1e3);
+}
+
+cuda::DeviceBuffer<float> to_device(const Tensor3& x) { return cuda::DeviceBuffer<float>(x.data(), x.size()); }
+
+Tensor3 to_host(const cuda::DeviceBuffer<float>& x, std::size_t heads, std::size_t rows, std::size_t cols) {
+  Tensor3 out = xt::zeros<float>({heads, rows, cols});
+  if (out.size() != x.size()) throw std::logic_error("to_host: the device array's size is not heads * rows * cols");
+  x.download(out.data());
+  return out;
+}
+
+}  // namespace tvlab::bench
