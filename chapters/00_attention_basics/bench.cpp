@@ -77,16 +77,7 @@ void cuda_attention_device(benchmark::State& state) {
   const AttentionInputs in(n);
   const auto q = to_device(in.q), k = to_device(in.k), v = to_device(in.v);
   cuda::DeviceBuffer<float> out(in.q.size()), scores(kHeads * n * n);
-  cuda::device::AttentionArgs args;
-  args.q = q.get();
-  args.k = k.get();
-  args.v = v.get();
-  args.out = out.get();
-  args.scores = scores.get();
-  args.heads = kHeads;
-  args.seq_q = args.seq_k = n;
-  args.head_dim = args.head_dim_v = kHeadDim;
-  args.scale = static_cast<float>(kScale);
+  const auto args = device_attention_args(q.get(), k.get(), v.get(), out.get(), scores.get(), kHeads, n, kHeadDim, false);
   cuda::device::scaled_dot_product_attention(args);
   if (!validate_attention(state, to_host(out, kHeads, n, kHeadDim), in.q,
                           [&](const Tensor3& q_rows) { return in.reference_rows(q_rows); }, in.tolerance()))

@@ -168,7 +168,6 @@ void register_benchmarks() {
   // does not: the norms are compared with a threaded stream over the same bytes (and memcpy).
   add_memcpy({64 << 20, 512 << 20});
   add_stream_scale({64 << 20, 512 << 20});
-  add_openblas_sgemm({1024});
   const auto& all = ch01::backends();
   add_backends(all, &Backend::layer_norm, "layer_norm", layer_norm, norm_shapes);
   add_backends(all, &Backend::rms_norm, "rms_norm", rms_norm, norm_shapes);
@@ -177,8 +176,10 @@ void register_benchmarks() {
   add_benchmark("opt_rms_norm_into", [](benchmark::State& state) { opt_norm_into(state, false); }, into_shapes);
   add_backends(all, &Backend::gelu, "gelu", activation<&Backend::gelu>, activation_shapes);
   add_backends(all, &Backend::silu, "silu", activation<&Backend::silu>, activation_shapes);
-  add_backends(all, &Backend::ffn_swiglu, "ffn_swiglu", ffn_swiglu, ffn_shapes);
   add_device_benchmark("cuda_rms_norm_device", cuda_rms_norm_device, [](Benchmark* b) { b->Args({16384, 4096}); });
+  // The FFN is compute-bound: GFLOP/s against SGEMM.
+  add_openblas_sgemm({1024});
+  add_backends(all, &Backend::ffn_swiglu, "ffn_swiglu", ffn_swiglu, ffn_shapes);
 }
 
 }  // namespace tvlab::bench

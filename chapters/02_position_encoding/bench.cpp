@@ -188,7 +188,6 @@ void register_benchmarks() {
   // does not: RoPE is compared with the in-place pass (and the memcpy) of the same size.
   add_memcpy({64 << 20, 512 << 20});
   add_stream_scale_inplace({64 << 20, 512 << 20});
-  add_openblas_sgemm({1024});
   const auto& all = ch02::backends();
   add_backends(all, &Backend::apply_rope, "apply_rope", apply_rope, rope_shapes);
   add_benchmark("opt_apply_rope_inplace", opt_apply_rope_inplace, [](Benchmark* b) {
@@ -196,6 +195,8 @@ void register_benchmarks() {
   });
   add_device_benchmark("cuda_apply_rope_device", cuda_apply_rope_device,
                        [](Benchmark* b) { b->ArgNames({"heads", "seq", "interleaved"})->Args({32, 4096, 0}); });
+  // Attention is compute-bound: GFLOP/s against SGEMM.
+  add_openblas_sgemm({1024});
   add_backends(all, &Backend::attention, "attention", attention, attention_shapes);
   add_backends(all, &Backend::rope_attention, "rope_attention", rope_attention, rope_attention_shapes);
   benchmark::AddCustomContext("positions", "0 none, 1 ALiBi, 2 RoPE applied beforehand as a separate pass");

@@ -161,17 +161,8 @@ void cuda_unfused_cublas(benchmark::State& state) {
   const Inputs in(state);
   const DeviceInputs dev(in);
   cuda::DeviceBuffer<float> scores(kHeads * in.n * in.n);
-  cuda::device::AttentionArgs args;
-  args.q = dev.q.get();
-  args.k = dev.k.get();
-  args.v = dev.v.get();
-  args.out = dev.out.get();
-  args.scores = scores.get();
-  args.heads = kHeads;
-  args.seq_q = args.seq_k = in.n;
-  args.head_dim = args.head_dim_v = in.d;
-  args.scale = in.scale();
-  args.causal = in.causal;
+  const auto args =
+      device_attention_args(dev.q.get(), dev.k.get(), dev.v.get(), dev.out.get(), scores.get(), kHeads, in.n, in.d, in.causal);
   cuda::device::scaled_dot_product_attention(args);
   if (!in.validate_output(state, to_host(dev.out, kHeads, in.n, in.d))) return;
   time_on_device(state, [&] { cuda::device::scaled_dot_product_attention(args); });

@@ -1,5 +1,6 @@
 #include "bench_cuda.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "backend.hpp"
@@ -23,6 +24,23 @@ void add_device_benchmark(const std::string& name, const std::function<void(benc
 void time_on_device(benchmark::State& state, const std::function<void()>& kernel) {
   auto run = [](void* work) { (*static_cast<const std::function<void()>*>(work))(); };
   for (auto _ : state) state.SetIterationTime(cuda::device::time_kernel_ms(run, const_cast<std::function<void()>*>(&kernel)) / 1e3);
+}
+
+cuda::device::AttentionArgs device_attention_args(const float* q, const float* k, const float* v, float* out,
+                                                  float* scores, std::size_t heads, std::size_t n, std::size_t d,
+                                                  bool causal) {
+  cuda::device::AttentionArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.out = out;
+  args.scores = scores;
+  args.heads = heads;
+  args.seq_q = args.seq_k = n;
+  args.head_dim = args.head_dim_v = d;
+  args.scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d)));
+  args.causal = causal;
+  return args;
 }
 
 cuda::DeviceBuffer<float> to_device(const Tensor3& x) { return cuda::DeviceBuffer<float>(x.data(), x.size()); }

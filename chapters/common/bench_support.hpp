@@ -98,14 +98,15 @@ std::string not_timed_summary();
 /// exercise (`tvlab::NotImplemented`, "not implemented: exercise 04.2 ...") or a refused input.
 void run_guarded(benchmark::State& state, const std::function<void()>& body);
 
-/// The usual form of one registered benchmark: wall-clock time (the optimized versions use
-/// threads) in milliseconds; `shapes` adds the arguments.
+/// Adds a registered benchmark's arguments (`Args`, `ArgNames`, `Iterations`, ...).
 using Shapes = std::function<void(benchmark::internal::Benchmark*)>;
 
 /// Registers `<backend>_<function>` for every entry of the registry `all` that provides member
-/// `f`, in the registry's order; each runs `body(state, backend)` under `run_guarded`, with the
-/// arguments `shapes(benchmark, backend)` adds. Entries that cannot run on this machine
-/// (`unavailable_reason`) are noted as not timed instead.
+/// `f`, in the registry's order: wall-clock time (the optimized versions use threads) in
+/// milliseconds; each runs `body(state, backend)` under `run_guarded`, with the arguments
+/// `shapes_of(benchmark, backend)` adds. Entries that cannot run on this machine
+/// (`unavailable_reason`) are noted as not timed instead. A student's entry is registered: until
+/// the exercise is solved it reports NotImplemented's message in place of a time.
 template <class Backend, class Member, class Body, class ShapesOf>
 void add_backends(const std::vector<Backend>& all, Member Backend::*f, const std::string& function, Body body,
                   ShapesOf shapes_of) {
