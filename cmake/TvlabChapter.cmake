@@ -4,7 +4,8 @@
 #   chapters/NN_topic/backends.cpp    the chapter's backend registry      -> tvlab_NN_topic_backends
 #   chapters/NN_topic/walkthrough.cpp `tvlab NN_topic` (defines TVLAB_CHAPTER_ENTRY())
 #                                                                         -> linked into `tvlab`
-#   chapters/NN_topic/bench.cpp       Google Benchmark program             -> bench_NN_topic
+#   chapters/NN_topic/bench.cpp       its benchmarks (defines tvlab::bench::register_benchmarks();
+#                                     main is the benchmark library's)       -> bench_NN_topic
 #   tests/NN_topic/*suite_test.cpp    suites over the registry: run in the chapter's test program
 #                                     over every backend, and in its exercise program over the
 #                                     student's (the stubs)

@@ -14,7 +14,7 @@ for part in chapters tests exercises; do
   if [ -e "$part/$name" ]; then echo "$part/$name exists: remove it first"; exit 1; fi
 done
 cleanup() {
-  rm -rf "chapters/$name" "tests/$name" "exercises/$name" "$build"/tests/test_"$name"*
+  rm -rf "chapters/$name" "tests/$name" "exercises/$name" "$build"/tests/test_"$name"* "$build"/chapters/bench_"$name"
   cmake --build "$build" -j "$jobs" > /dev/null 2>&1
 }
 trap cleanup EXIT

@@ -1,30 +1,34 @@
-// Chapter 00 benchmarks: attention and softmax, reference vs optimized vs CUDA, against the
-// machine's limits measured in the same run (OpenBLAS SGEMM GFLOP/s, memcpy GB/s).
+// Chapter 00 benchmarks: softmax and attention for every backend of the chapter's registry
+// (`<backend>_softmax`, `<backend>_attention`), against the machine's limits measured in the same
+// run (OpenBLAS SGEMM GFLOP/s, memcpy GB/s), and the CUDA kernel on device pointers next to cuBLAS
+// doing the same FLOPs.
 //
 //   build/default/chapters/bench_00_attention_basics --benchmark_counters_tabular=true
 //
 // Attention FLOPs: 4 n^2 d per head (QK^T and PV, 2 n^2 d each); causal masking is not skipped
 // here (the unfused algorithm computes the full matrix), so the count is the same.
 
-#include <benchmark/benchmark.h>
-
 #include <cmath>
 
+#include "../common/bench_attention.hpp"
+#include "../common/bench_cuda.hpp"
+#include "../common/bench_memory.hpp"
 #include "../common/bench_support.hpp"
-#include "tvlab/opt/blas_kernel.hpp"
+#include "backends.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/core/xt.hpp"
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/blas.hpp"
-#include "tvlab/cuda/runtime.hpp"
-#include "tvlab/opt/attention.hpp"
-#include "tvlab/opt/softmax.hpp"
-#include "tvlab/ref/attention.hpp"
-#include "tvlab/ref/softmax.hpp"
 
+namespace tvlab::bench {
 namespace {
 
-using namespace tvlab;
+using ch00::Backend;
+using Benchmark = benchmark::internal::Benchmark;
 constexpr std::size_t kHeads = 8, kHeadDim = 64;
+const double kScale = 1 / std::sqrt(static_cast<double>(kHeadDim));
+
+const Backend& reference() { return reference_backend(ch00::backends()); }
 
 struct AttentionInputs {
   Tensor3 q, k, v;
@@ -34,123 +38,118 @@ struct AttentionInputs {
     k = rng.normal_tensor(kHeads, n, kHeadDim);
     v = rng.normal_tensor(kHeads, n, kHeadDim);
   }
+  Tolerance tolerance() const { return attention_output_tolerance(q, k, v, kScale); }
+  // The reference's output for the last rows of q (see bench_attention.hpp).
+  Tensor3 reference_rows(const Tensor3& q_rows) const { return reference().sdpa(q_rows, k, v, {}); }
 };
 
 double attention_flops(std::size_t n) { return 4.0 * static_cast<double>(n) * n * kHeadDim * kHeads; }
 
-using SdpaFn = Tensor3 (*)(const Tensor3&, const Tensor3&, const Tensor3&, const AttentionConfig&);
-
-// `full_matrix`: the version keeps a whole [n, n] float score matrix per thread (v2) rather than
-// one row of scores (the reference: doubles; v1: floats); the counter reports that storage.
-void BM_attention(benchmark::State& state, SdpaFn sdpa, bool full_matrix, double bytes_per_score) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  const AttentionInputs in(n);
-  // Validate first: the optimized output must match the reference (float vs double accumulation).
-  if (n <= 512 && sdpa != ref::scaled_dot_product_attention &&
-      !bench::validate(state, sdpa(in.q, in.k, in.v, {}), ref::scaled_dot_product_attention(in.q, in.k, in.v, {}), 1e-4))
-    return;
-  for (auto _ : state) benchmark::DoNotOptimize(sdpa(in.q, in.k, in.v, {}));
-  state.counters["GFLOP/s"] = bench::gflops(attention_flops(n));
-  const double nn = static_cast<double>(n);
-  state.counters["score_buffer_MiB"] = (full_matrix ? nn * nn : nn) * bytes_per_score / (1 << 20);
-}
-
-template <Tensor2 (*Softmax)(const Tensor2&)>
-void BM_softmax(benchmark::State& state) {
+void softmax(benchmark::State& state, const Backend& backend) {
   const auto rows = static_cast<std::size_t>(state.range(0)), cols = static_cast<std::size_t>(state.range(1));
   Rng rng(2);
   const Tensor2 x = rng.normal_matrix(rows, cols, 0, 3);
-  // Row reduction of length cols in float: rtol 10 eps sqrt(cols), as in the tests.
-  if (!bench::validate(state, Softmax(x), ref::softmax(x), 2e-6, 1.2e-6 * std::sqrt(static_cast<double>(cols)))) return;
-  for (auto _ : state) benchmark::DoNotOptimize(Softmax(x));
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(2 * rows * cols * sizeof(float)));
+  // A row reduction of length cols in float: rtol = reduction_rtol(cols), as in the tests.
+  if (!validate(state, backend.softmax(x), reference().softmax(x), {2e-6, reduction_rtol(cols)})) return;
+  for (auto _ : state) benchmark::DoNotOptimize(backend.softmax(x));
+  set_bytes(state, 2.0 * static_cast<double>(rows * cols * sizeof(float)));
 }
 
-// CUDA: device pointers, CUDA events, L2 flushed between repeats (see time_kernel_ms).
-struct CudaAttention {
-  cuda::device::AttentionArgs args;
-};
-
-void BM_cuda_attention(benchmark::State& state) {
+// extra_MiB: the heap a call allocates beyond its output, on the CPU: one row of scores per
+// thread (the reference: doubles; v1: floats) or a whole [n, n] float matrix per thread (v2).
+void attention(benchmark::State& state, const Backend& backend) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const AttentionInputs in(n);
-  cuda::DeviceBuffer<float> q(in.q.data(), in.q.size()), k(in.k.data(), in.k.size()), v(in.v.data(), in.v.size());
+  // The tolerance of float attention (attention_tolerance, reduction_rtol(max(d, n))).
+  if (!validate_attention(state, backend.sdpa(in.q, in.k, in.v, {}), in.q,
+                          [&](const Tensor3& q_rows) { return in.reference_rows(q_rows); }, in.tolerance()))
+    return;
+  if (!backend.caps.needs_device)
+    report_extra_memory(state, [&] { return backend.sdpa(in.q, in.k, in.v, {}); },
+                        static_cast<double>(in.q.size() * sizeof(float)));
+  for (auto _ : state) benchmark::DoNotOptimize(backend.sdpa(in.q, in.k, in.v, {}));
+  state.counters["GFLOP/s"] = gflops(attention_flops(n));
+}
+
+// The CUDA kernel on device pointers: two cuBLAS batched SGEMMs around a softmax kernel, without
+// the host-device copies that `cuda_attention` includes. TFLOP/s.
+void cuda_attention_device(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const AttentionInputs in(n);
+  const auto q = to_device(in.q), k = to_device(in.k), v = to_device(in.v);
   cuda::DeviceBuffer<float> out(in.q.size()), scores(kHeads * n * n);
-  CudaAttention ctx;
-  ctx.args.q = q.get();
-  ctx.args.k = k.get();
-  ctx.args.v = v.get();
-  ctx.args.out = out.get();
-  ctx.args.scores = scores.get();
-  ctx.args.heads = kHeads;
-  ctx.args.seq_q = ctx.args.seq_k = n;
-  ctx.args.head_dim = ctx.args.head_dim_v = kHeadDim;
-  ctx.args.scale = 0.125f;
-  for (auto _ : state) {
-    const double ms = cuda::device::time_kernel_ms(
-        [](void* c) { cuda::device::scaled_dot_product_attention(static_cast<CudaAttention*>(c)->args); }, &ctx);
-    state.SetIterationTime(ms / 1e3);
-  }
-  state.counters["TFLOP/s"] = bench::gflops(attention_flops(n) / 1e3);
+  const auto args = device_attention_args(q.get(), k.get(), v.get(), out.get(), scores.get(), kHeads, n, kHeadDim, false);
+  cuda::device::scaled_dot_product_attention(args);
+  if (!validate_attention(state, to_host(out, kHeads, n, kHeadDim), in.q,
+                          [&](const Tensor3& q_rows) { return in.reference_rows(q_rows); }, in.tolerance()))
+    return;
+  time_on_device(state, [&] { cuda::device::scaled_dot_product_attention(args); });
+  state.counters["TFLOP/s"] = tflops(attention_flops(n));
 }
 
 // cuBLAS SGEMM of the same FLOPs as attention's two GEMMs ([h n, d] x [d, n], twice): the vendor
-// library doing the matrix work alone; the gap to BM_cuda_attention is the softmax and its traffic.
-struct CudaGemm {
-  const float *a, *b;
-  float* c;
-  std::size_t m, n, k;
-};
-
-void BM_cuda_cublas_same_flops(benchmark::State& state) {
+// library doing the matrix work alone; the gap to cuda_attention_device is the softmax and its
+// traffic. Checked on the last rows of the product against double sums.
+void cuda_cublas_same_flops(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
-  cuda::DeviceBuffer<float> a(kHeads * n * kHeadDim), b(kHeadDim * n), c(kHeads * n * n);
-  cuda::device::fill_bytes(a.get(), 0, a.size() * 4);
-  cuda::device::fill_bytes(b.get(), 0, b.size() * 4);
-  CudaGemm ctx{a.get(), b.get(), c.get(), kHeads * n, n, kHeadDim};
-  for (auto _ : state) {
-    const double ms = cuda::device::time_kernel_ms(
-        [](void* p) {
-          auto* g = static_cast<CudaGemm*>(p);
-          cuda::device::sgemm(g->m, g->n, g->k, g->a, g->b, false, g->c);
-          cuda::device::sgemm(g->m, g->n, g->k, g->a, g->b, false, g->c);
-        },
-        &ctx);
-    state.SetIterationTime(ms / 1e3);
-  }
-  state.counters["TFLOP/s"] = bench::gflops(attention_flops(n) / 1e3);
+  const std::size_t m = kHeads * n, k = kHeadDim, rows = validated_rows(m), first = m - rows;
+  Rng rng(3);
+  const Tensor2 a = rng.normal_matrix(m, k), b = rng.normal_matrix(k, n);
+  cuda::DeviceBuffer<float> a_dev(a.data(), a.size()), b_dev(b.data(), b.size()), c_dev(m * n);
+  cuda::device::sgemm(m, n, k, a_dev.get(), b_dev.get(), false, c_dev.get());
+  Tensor2 c = xt::zeros<float>({m, n});
+  c_dev.download(c.data());
+  // A reduction of length k: rtol = reduction_rtol(k), atol = rtol max_ij sum_l |a_il b_lj|.
+  Tensor2 expected = xt::zeros<float>({rows, n});
+  double magnitude = 0;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      double sum = 0, abs_sum = 0;
+      for (std::size_t l = 0; l < k; ++l) {
+        sum += static_cast<double>(a(first + i, l)) * b(l, j);
+        abs_sum += std::abs(static_cast<double>(a(first + i, l)) * b(l, j));
+      }
+      expected(i, j) = static_cast<float>(sum);
+      magnitude = std::max(magnitude, abs_sum);
+    }
+  const Tensor2 got = xt::view(c, xt::range(first, m), xt::all());
+  if (!validate(state, got, expected, {reduction_rtol(k) * magnitude, reduction_rtol(k)})) return;
+  time_on_device(state, [&] {
+    cuda::device::sgemm(m, n, k, a_dev.get(), b_dev.get(), false, c_dev.get());
+    cuda::device::sgemm(m, n, k, a_dev.get(), b_dev.get(), false, c_dev.get());
+  });
+  state.counters["TFLOP/s"] = tflops(attention_flops(n));
 }
+
+// The sizes each backend is timed at: the reference loops at the small sizes, the optimized
+// versions (each step of the lesson, and the headline `opt`, which is the last step) up to
+// 2048, the GPU at long sequences, the student's code once.
+void softmax_shapes(Benchmark* b, const Backend& backend) {
+  b->Args({1024, 1024})->Unit(benchmark::kMicrosecond);
+  if (backend.kind == BackendKind::optimized || backend.kind == BackendKind::cuda) b->Args({4096, 4096});
+}
+
+void attention_shapes(Benchmark* b, const Backend& backend) {
+  switch (backend.kind) {
+    case BackendKind::reference: b->Arg(128)->Arg(256)->Arg(512); break;
+    case BackendKind::optimized: b->Arg(128)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048); break;
+    case BackendKind::cuda: b->Arg(1024)->Arg(4096)->Arg(8192); break;
+    case BackendKind::student: b->Arg(128); break;
+  }
+}
+
+void cuda_shapes(Benchmark* b) { b->Arg(1024)->Arg(4096)->Arg(8192); }
 
 }  // namespace
 
-BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(512)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(tvlab::bench::BM_memcpy)->Arg(64 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_softmax<ref::softmax>)->Name("ref_softmax")->Args({1024, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_softmax<opt::softmax>)->Name("opt_softmax")->Args({1024, 1024})->Args({4096, 4096})
-    ->UseRealTime()->Unit(benchmark::kMicrosecond);
-
-int main(int argc, char** argv) {
-  tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead
-  benchmark::Initialize(&argc, argv);
-  // The reference (double accumulators, one row of scores) and every numbered version, in the
-  // lesson's order; v1 keeps one score row per thread, v2 a whole [n, n] matrix per thread.
-  benchmark::RegisterBenchmark("ref_attention", BM_attention, ref::scaled_dot_product_attention, false, 8.0)
-      ->Arg(128)->Arg(256)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
-  for (const auto& variant : opt::attention_variants()) {
-    benchmark::RegisterBenchmark(("opt_" + variant.name + "_attention").c_str(), BM_attention, variant.function,
-                                 variant.full_score_matrix, 4.0)
-        ->Arg(128)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
-  }
-  if (tvlab::cuda::device_available()) {
-    for (long n : {1024L, 4096L, 8192L}) {
-      benchmark::RegisterBenchmark("cuda_attention", BM_cuda_attention)->Arg(n)->UseManualTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark("cuda_cublas_same_flops", BM_cuda_cublas_same_flops)->Arg(n)->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-    }
-  }
-  benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
-  benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+void register_benchmarks() {
+  add_openblas_sgemm({512, 1024});
+  add_memcpy({64 << 20});
+  add_backends(ch00::backends(), &Backend::softmax, "softmax", softmax, softmax_shapes);
+  // The registry's `sdpa`, timed as `<backend>_attention`: ref_attention, opt_v1_attention, ...
+  add_backends(ch00::backends(), &Backend::sdpa, "attention", attention, attention_shapes);
+  add_device_benchmark("cuda_attention_device", cuda_attention_device, cuda_shapes);
+  add_device_benchmark("cuda_cublas_same_flops", cuda_cublas_same_flops, cuda_shapes);
 }
+
+}  // namespace tvlab::bench

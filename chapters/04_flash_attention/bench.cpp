@@ -1,281 +1,287 @@
-// Chapter 04 benchmarks: flash attention against chapter 00's attention (SGEMM + softmax over the
-// whole n x n score matrix) and against the reference loops, in GFLOP/s (4 n^2 d per head, halved
-// when causal) next to OpenBLAS SGEMM measured in the same run, with the extra memory each
-// version allocates besides its output.
+// Chapter 04 benchmarks: flash attention's forward and backward passes for every backend of the
+// chapter's registry (`<backend>_flash_forward`, `<backend>_flash_backward`), against chapter 00's
+// attention (SGEMM + softmax over the whole n x n score matrix, `ch00_sgemm_attention`), in GFLOP/s
+// (4 n^2 d per head, halved when causal) next to OpenBLAS SGEMM measured in the same run, with the
+// extra memory each CPU version allocates besides its output; and the CUDA kernels on device
+// pointers against chapter 00's unfused cuBLAS path.
 //
 //   build/default/chapters/bench_04_flash_attention --benchmark_counters_tabular=true
 
-#include <benchmark/benchmark.h>
-#include <malloc.h>
-
-#include <atomic>
-#include <cstdlib>
-#include <new>
+#include <cmath>
 #include <vector>
 
+#include "../common/bench_attention.hpp"
+#include "../common/bench_cuda.hpp"
+#include "../common/bench_memory.hpp"
 #include "../common/bench_support.hpp"
+#include "backends.hpp"
 #include "tvlab/core/rng.hpp"
-#include "tvlab/opt/attention.hpp"
-#include "tvlab/opt/blas_kernel.hpp"
-#include "tvlab/opt/flash_attention.hpp"
-#include "tvlab/ref/flash_attention.hpp"
+#include "tvlab/core/xt.hpp"
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/flash_attention_device.hpp"
-#include "tvlab/cuda/runtime.hpp"
+#include "tvlab/opt/attention.hpp"
+#include "tvlab/opt/flash_attention.hpp"
 
-// ------------------------------------------------------------------ heap accounting
-// Every operator new of this program goes through these counters, so a benchmark can report the
-// peak number of bytes a call allocated beyond what it returns (OpenBLAS's own work buffers are
-// mmap'ed by the library and not counted; they do not grow with n).
-
-namespace {
-std::atomic<long long> heap_now{0}, heap_peak{0};
-
-void* counted_alloc(std::size_t size) {
-  void* p = std::malloc(size ? size : 1);
-  if (!p) throw std::bad_alloc();
-  const long long now = heap_now += static_cast<long long>(malloc_usable_size(p));
-  long long peak = heap_peak.load();
-  while (now > peak && !heap_peak.compare_exchange_weak(peak, now)) {
-  }
-  return p;
-}
-
-void counted_free(void* p) noexcept {
-  if (!p) return;
-  heap_now -= static_cast<long long>(malloc_usable_size(p));
-  std::free(p);
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size); }
-void* operator new[](std::size_t size) { return counted_alloc(size); }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
-
+namespace tvlab::bench {
 namespace {
 
-using namespace tvlab;
-
+using ch04::Backend;
+using Benchmark = benchmark::internal::Benchmark;
 constexpr std::size_t kHeads = 8;
 
-struct Inputs {
-  Tensor3 q, k, v;
-  Inputs(std::size_t n, std::size_t d) {
-    Rng rng(4);
-    q = rng.normal_tensor(kHeads, n, d);
-    k = rng.normal_tensor(kHeads, n, d);
-    v = rng.normal_tensor(kHeads, n, d);
-  }
-};
+const Backend& reference() { return reference_backend(ch04::backends()); }
 
 double attention_flops(std::size_t n, std::size_t d, bool causal) {
   return 4.0 * static_cast<double>(kHeads * n * n * d) / (causal ? 2.0 : 1.0);
 }
 
-// Runs `call` once outside the timing loop to measure the peak extra heap it allocates (bytes
-// beyond its output), reported as the counter extra_MiB.
-template <class Call>
-void report_extra_memory(benchmark::State& state, Call call, double output_bytes) {
-  const long long before = heap_now.load();
-  heap_peak = before;
-  {
-    auto result = call();
-    benchmark::DoNotOptimize(result);
-  }
-  state.counters["extra_MiB"] = (static_cast<double>(heap_peak.load() - before) - output_bytes) / (1024.0 * 1024.0);
-}
-
-// args: n, d, causal
-void BM_flash(benchmark::State& state, FlashOutput (*flash)(const Tensor3&, const Tensor3&, const Tensor3&, const FlashConfig&),
-              bool validate) {
-  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const bool causal = state.range(2) != 0;
-  const Inputs in(n, d);
+// args: n, d, causal.
+struct Inputs {
+  std::size_t n, d;
+  bool causal;
+  Tensor3 q, k, v;
   FlashConfig cfg;
-  cfg.mask.causal = causal;
-  if (validate) {
-    AttentionConfig same;
-    same.mask.causal = causal;
-    if (!bench::validate(state, flash(in.q, in.k, in.v, cfg).out, opt::scaled_dot_product_attention(in.q, in.k, in.v, same),
-                         2e-4, 1e-3))
-      return;
+  explicit Inputs(const benchmark::State& state)
+      : n(static_cast<std::size_t>(state.range(0))), d(static_cast<std::size_t>(state.range(1))), causal(state.range(2) != 0) {
+    Rng rng(4);
+    q = rng.normal_tensor(kHeads, n, d);
+    k = rng.normal_tensor(kHeads, n, d);
+    v = rng.normal_tensor(kHeads, n, d);
+    cfg.mask.causal = causal;
   }
-  const double output_bytes = static_cast<double>(kHeads * n * (d + 1) * sizeof(float));  // O and the log-sum-exp
-  report_extra_memory(state, [&] { return flash(in.q, in.k, in.v, cfg); }, output_bytes);
-  for (auto _ : state) benchmark::DoNotOptimize(flash(in.q, in.k, in.v, cfg));
-  state.counters["GFLOP/s"] = bench::gflops(attention_flops(n, d, causal));
-}
+  float scale() const { return static_cast<float>(1 / std::sqrt(static_cast<double>(d))); }
+  double flops() const { return attention_flops(n, d, causal); }
+  // The tolerance of float attention (attention_tolerance, reduction_rtol(max(d, n))).
+  Tolerance tolerance() const { return attention_output_tolerance(q, k, v, scale()); }
+  // The reference's output for the last rows of q (see bench_attention.hpp), in `inputs`' format.
+  Tensor3 reference_rows(const Tensor3& q_rows, FlashInputs inputs = FlashInputs::fp32) const {
+    FlashConfig same = cfg;
+    same.inputs = inputs;
+    return reference().flash_forward(q_rows, k, v, same).out;
+  }
+  bool validate_output(benchmark::State& state, const Tensor3& out) const {
+    return validate_attention(state, out, q, [&](const Tensor3& q_rows) { return reference_rows(q_rows); }, tolerance());
+  }
+};
 
-void BM_ref_flash(benchmark::State& state) { BM_flash(state, ref::flash_attention_forward, false); }
-void BM_opt_flash_v1(benchmark::State& state) { BM_flash(state, opt::flash_attention_forward_v1, state.range(0) <= 1024); }
-void BM_opt_flash_v2(benchmark::State& state) { BM_flash(state, opt::flash_attention_forward_v2, state.range(0) <= 1024); }
+void flash_forward(benchmark::State& state, const Backend& backend) {
+  const Inputs in(state);
+  auto run = [&] { return backend.flash_forward(in.q, in.k, in.v, in.cfg); };
+  if (!in.validate_output(state, run().out)) return;
+  if (!backend.caps.needs_device)  // O and the log-sum-exp are the output
+    report_extra_memory(state, run, static_cast<double>(kHeads * in.n * (in.d + 1) * sizeof(float)));
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(in.flops());
+}
 
 // Chapter 00's headline attention: S = QK^T and O = PV as SGEMMs around a softmax over the whole
 // score matrix (one [n, n] buffer per thread).
-void BM_naive_sgemm(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const bool causal = state.range(2) != 0;
-  const Inputs in(n, d);
+void ch00_sgemm_attention(benchmark::State& state) {
+  const Inputs in(state);
   AttentionConfig cfg;
-  cfg.mask.causal = causal;
-  report_extra_memory(state, [&] { return opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg); },
-                      static_cast<double>(kHeads * n * d * sizeof(float)));
-  for (auto _ : state) benchmark::DoNotOptimize(opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg));
-  state.counters["GFLOP/s"] = bench::gflops(attention_flops(n, d, causal));
+  cfg.mask = in.cfg.mask;
+  auto run = [&] { return opt::scaled_dot_product_attention(in.q, in.k, in.v, cfg); };
+  if (!in.validate_output(state, run())) return;
+  report_extra_memory(state, run, static_cast<double>(kHeads * in.n * in.d * sizeof(float)));
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(in.flops());
 }
 
-// Backward pass from the forward's output and log-sum-exp. FLOPs as FlashAttention counts them:
-// 2.5 times the forward (five n x n x d products instead of two), halved when causal.
-template <FlashGrads (*Backward)(const Tensor3&, const Tensor3&, const Tensor3&, const Tensor3&, const Tensor2&,
-                                 const Tensor3&, const FlashConfig&)>
-void BM_backward(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const Inputs in(n, d);
-  FlashConfig cfg;
-  cfg.mask.causal = state.range(2) != 0;
-  const FlashOutput fwd = opt::flash_attention_forward(in.q, in.k, in.v, cfg);
-  Rng rng(6);
-  const Tensor3 dout = rng.normal_tensor(kHeads, n, d);
-  for (auto _ : state) benchmark::DoNotOptimize(Backward(in.q, in.k, in.v, fwd.out, fwd.lse, dout, cfg));
-  state.counters["GFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, cfg.mask.causal));
+// ------------------------------------------------------------------ backward
+
+// Each gradient is a sum over up to n terms whose inputs (out, lse) carry float rounding, as in the
+// tests: rtol = reduction_rtol(max(d, n)), atol = 10 rtol max(1, max|expected|) (cancellation in
+// dS = P (dP - D) makes the relative error meaningless near zero).
+bool validate_gradient(benchmark::State& state, const Tensor3& got, const Tensor3& expected, const Inputs& in) {
+  const double rtol = reduction_rtol(std::max(in.d, in.n));
+  return validate(state, got, expected, {10 * rtol * std::max(1.0, static_cast<double>(xt::amax(xt::abs(expected))())), rtol});
 }
 
-// CUDA (registered when a device is present): the tiled fp32 flash kernel and the tensor-core
-// kernel (fp16, bf16) against chapter 00's unfused cuBLAS path (two batched SGEMMs around a softmax kernel over the n x n scores), timed
-// with CUDA events and an L2 flush between repeats. TFLOP/s.
-struct CudaRun {
-  cuda::device::FlashArgs flash;
-  cuda::device::AttentionArgs unfused;
+// Checks the gradients against the reference's backward pass on the same out and lse. Beyond
+// `validated_rows(n)` it recomputes two slices: dQ of the last query rows (those rows alone, with
+// every key, as for the forward pass), and dK, dV of the first keys (those keys alone, with every
+// query: the reference recomputes P_ij = exp(S_ij - L_i) from the saved L, which needs no other
+// key; the causal rule aligned top-left keeps key j's index, and with n_q = n_k it is the same rule).
+bool validate_backward(benchmark::State& state, const FlashGrads& got, const Inputs& in, const Tensor3& out,
+                       const Tensor2& lse, const Tensor3& dout) {
+  const auto& backward = reference().flash_backward;
+  const std::size_t rows = validated_rows(in.n), first = in.n - rows;
+  if (rows == in.n) {
+    const FlashGrads want = backward(in.q, in.k, in.v, out, lse, dout, in.cfg);
+    return validate_gradient(state, got.dq, want.dq, in) && validate_gradient(state, got.dk, want.dk, in) &&
+           validate_gradient(state, got.dv, want.dv, in);
+  }
+  const FlashGrads last_queries = backward(rows_of(in.q, first, rows), in.k, in.v, rows_of(out, first, rows),
+                                           rows_of(lse, first, rows), rows_of(dout, first, rows), in.cfg);
+  FlashConfig top_left = in.cfg;
+  top_left.mask.causal_align = CausalAlign::top_left;
+  const FlashGrads first_keys = backward(in.q, rows_of(in.k, 0, rows), rows_of(in.v, 0, rows), out, lse, dout, top_left);
+  return validate_gradient(state, rows_of(got.dq, first, rows), last_queries.dq, in) &&
+         validate_gradient(state, rows_of(got.dk, 0, rows), first_keys.dk, in) &&
+         validate_gradient(state, rows_of(got.dv, 0, rows), first_keys.dv, in);
+}
+
+// The backward pass from the optimized forward pass's output and log-sum-exp. FLOPs as
+// FlashAttention counts them: 2.5 times the forward (five n x n x d products instead of two).
+void flash_backward(benchmark::State& state, const Backend& backend) {
+  const Inputs in(state);
+  const FlashOutput fwd = opt::flash_attention_forward(in.q, in.k, in.v, in.cfg);
+  const Tensor3 dout = Rng(6).normal_tensor(kHeads, in.n, in.d);
+  auto run = [&] { return backend.flash_backward(in.q, in.k, in.v, fwd.out, fwd.lse, dout, in.cfg); };
+  if (!validate_backward(state, run(), in, fwd.out, fwd.lse, dout)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(2.5 * in.flops());
+}
+
+// ------------------------------------------------------------------ CUDA kernels on device pointers
+// Timed with CUDA events and an L2 flush between repeats, in TFLOP/s: the tiled fp32 flash
+// kernel, the tensor-core kernel (fp16, bf16) and the backward kernels, against chapter 00's
+// unfused cuBLAS path (two batched SGEMMs around a softmax kernel over the n x n scores).
+
+struct DeviceInputs {
+  cuda::DeviceBuffer<float> q, k, v, out, lse;
+  explicit DeviceInputs(const Inputs& in)
+      : q(to_device(in.q)), k(to_device(in.k)), v(to_device(in.v)), out(in.q.size()), lse(kHeads * in.n) {}
+  cuda::device::FlashArgs flash_args(const Inputs& in) const {
+    return {q.get(), k.get(), v.get(), out.get(), lse.get(), kHeads, in.n, in.n, in.d, in.d, 64, 64, in.scale(), in.causal};
+  }
 };
 
-void BM_cuda(benchmark::State& state, bool flash) {
-  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const bool causal = state.range(2) != 0;
-  const Inputs in(n, d);
-  cuda::DeviceBuffer<float> q(in.q.data(), in.q.size()), k(in.k.data(), in.k.size()), v(in.v.data(), in.v.size());
-  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n), scores(flash ? 0 : kHeads * n * n);
-  CudaRun run;
-  run.flash = {q.get(), k.get(), v.get(), out.get(), lse.get(), kHeads, n, n, d, d, 64, 64,
-               static_cast<float>(1 / std::sqrt(static_cast<double>(d))), causal};
-  run.unfused.q = q.get();
-  run.unfused.k = k.get();
-  run.unfused.v = v.get();
-  run.unfused.out = out.get();
-  run.unfused.scores = scores.get();
-  run.unfused.heads = kHeads;
-  run.unfused.seq_q = run.unfused.seq_k = n;
-  run.unfused.head_dim = run.unfused.head_dim_v = d;
-  run.unfused.scale = run.flash.scale;
-  run.unfused.causal = causal;
-  for (auto _ : state) {
-    const double ms = flash ? cuda::device::time_kernel_ms([](void* c) { cuda::device::flash_forward_tiled(static_cast<CudaRun*>(c)->flash); }, &run)
-                            : cuda::device::time_kernel_ms([](void* c) { cuda::device::scaled_dot_product_attention(static_cast<CudaRun*>(c)->unfused); }, &run);
-    state.SetIterationTime(ms / 1e3);
-  }
-  state.counters["TFLOP/s"] = bench::gflops(attention_flops(n, d, causal) / 1e3);
+void cuda_flash_tiled(benchmark::State& state) {
+  const Inputs in(state);
+  const DeviceInputs dev(in);
+  const cuda::device::FlashArgs args = dev.flash_args(in);
+  cuda::device::flash_forward_tiled(args);
+  if (!in.validate_output(state, to_host(dev.out, kHeads, in.n, in.d))) return;
+  time_on_device(state, [&] { cuda::device::flash_forward_tiled(args); });
+  state.counters["TFLOP/s"] = tflops(in.flops());
 }
 
-// The CUDA backward pass on the forward kernel's out and lse, FLOPs counted as FlashAttention
-// does (2.5 times the forward's).
-void BM_cuda_backward(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const bool causal = state.range(2) != 0;
-  const Inputs in(n, d);
-  const Tensor3 dout_host = Rng(5).normal_tensor(kHeads, n, d);
-  cuda::DeviceBuffer<float> q(in.q.data(), in.q.size()), k(in.k.data(), in.k.size()), v(in.v.data(), in.v.size());
-  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n), dout(dout_host.data(), dout_host.size());
-  cuda::DeviceBuffer<float> delta(kHeads * n), dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
-  const auto scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d)));
-  cuda::device::flash_forward_tiled({q.get(), k.get(), v.get(), out.get(), lse.get(), kHeads, n, n, d, d, 64, 64, scale, causal});
-  cuda::device::FlashBackwardArgs args{q.get(), k.get(), v.get(), out.get(), lse.get(), dout.get(), delta.get(),
-                                       dq.get(), dk.get(), dv.get(), kHeads, n, n, d, d, 64, 64, scale, causal};
-  for (auto _ : state) {
-    const double ms = cuda::device::time_kernel_ms(
-        [](void* c) { cuda::device::flash_backward(*static_cast<cuda::device::FlashBackwardArgs*>(c)); }, &args);
-    state.SetIterationTime(ms / 1e3);
-  }
-  state.counters["TFLOP/s"] = bench::gflops(2.5 * attention_flops(n, d, causal) / 1e3);
+void cuda_unfused_cublas(benchmark::State& state) {
+  const Inputs in(state);
+  const DeviceInputs dev(in);
+  cuda::DeviceBuffer<float> scores(kHeads * in.n * in.n);
+  const auto args =
+      device_attention_args(dev.q.get(), dev.k.get(), dev.v.get(), dev.out.get(), scores.get(), kHeads, in.n, in.d, in.causal);
+  cuda::device::scaled_dot_product_attention(args);
+  if (!in.validate_output(state, to_host(dev.out, kHeads, in.n, in.d))) return;
+  time_on_device(state, [&] { cuda::device::scaled_dot_product_attention(args); });
+  state.counters["TFLOP/s"] = tflops(in.flops());
 }
-
-void BM_cuda_flash(benchmark::State& state) { BM_cuda(state, true); }
-void BM_cuda_unfused(benchmark::State& state) { BM_cuda(state, false); }
 
 // The tensor-core kernel on fp16 or bf16 inputs (rounded once on the host, outside the timing),
 // tiles of 64 x 64: the same FLOP count, so its TFLOP/s compare directly with the fp32 kernels'.
-void BM_cuda_tensor_core(benchmark::State& state, bool bf16) {
-  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const bool causal = state.range(2) != 0;
-  const Inputs in(n, d);
-  const FlashInputs format = bf16 ? FlashInputs::bf16 : FlashInputs::fp16;
+// It is checked against the reference's emulation of the same format: two roundings of a weight
+// differ by at most 2u of it (u: the format's unit roundoff), so atol = max|v| (2u + n 2^-24 +
+// rtol (2M + 1)), the last term attention_tolerance's, as in the tests.
+void cuda_flash_tensor_core(benchmark::State& state, FlashInputs format) {
+  const Inputs in(state);
   const std::vector<std::uint16_t> hq = to_16_bit_inputs(in.q, format), hk = to_16_bit_inputs(in.k, format),
                                    hv = to_16_bit_inputs(in.v, format);
   cuda::DeviceBuffer<std::uint16_t> q(hq.data(), hq.size()), k(hk.data(), hk.size()), v(hv.data(), hv.size());
-  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * n);
+  cuda::DeviceBuffer<float> out(in.q.size()), lse(kHeads * in.n);
   cuda::device::FlashTensorCoreArgs args;
   args.q = q.get();
   args.k = k.get();
   args.v = v.get();
-  args.bf16 = bf16;
+  args.bf16 = format == FlashInputs::bf16;
   args.out = out.get();
   args.lse = lse.get();
   args.heads = kHeads;
-  args.seq_q = args.seq_k = n;
-  args.head_dim = args.head_dim_v = d;
+  args.seq_q = args.seq_k = in.n;
+  args.head_dim = args.head_dim_v = in.d;
   args.block_q = args.block_k = 64;
-  args.scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d)));
-  args.causal = causal;
-  for (auto _ : state) {
-    const double ms = cuda::device::time_kernel_ms(
-        [](void* c) { cuda::device::flash_forward_tensor_core(*static_cast<cuda::device::FlashTensorCoreArgs*>(c)); }, &args);
-    state.SetIterationTime(ms / 1e3);
-  }
-  state.counters["TFLOP/s"] = bench::gflops(attention_flops(n, d, causal) / 1e3);
+  args.scale = in.scale();
+  args.causal = in.causal;
+  cuda::device::flash_forward_tensor_core(args);
+  const double unit_roundoff = format == FlashInputs::bf16 ? 0x1p-8 : 0x1p-11;
+  Tolerance tol = in.tolerance();
+  tol.atol += static_cast<double>(xt::amax(xt::abs(in.v))()) * (2 * unit_roundoff + static_cast<double>(in.n) * 0x1p-24);
+  if (!validate_attention(state, to_host(out, kHeads, in.n, in.d), in.q,
+                          [&](const Tensor3& q_rows) { return in.reference_rows(q_rows, format); }, tol))
+    return;
+  time_on_device(state, [&] { cuda::device::flash_forward_tensor_core(args); });
+  state.counters["TFLOP/s"] = tflops(in.flops());
 }
 
-void BM_cuda_tensor_core_fp16(benchmark::State& state) { BM_cuda_tensor_core(state, false); }
-void BM_cuda_tensor_core_bf16(benchmark::State& state) { BM_cuda_tensor_core(state, true); }
+// The backward kernels on the tiled forward kernel's out and lse, FLOPs counted as FlashAttention
+// does (2.5 times the forward's).
+void cuda_flash_backward_device(benchmark::State& state) {
+  const Inputs in(state);
+  const DeviceInputs dev(in);
+  const Tensor3 dout_host = Rng(5).normal_tensor(kHeads, in.n, in.d);
+  cuda::DeviceBuffer<float> dout = to_device(dout_host), delta(kHeads * in.n), dq(in.q.size()), dk(in.k.size()),
+                            dv(in.v.size());
+  cuda::device::flash_forward_tiled(dev.flash_args(in));
+  const cuda::device::FlashBackwardArgs args{dev.q.get(), dev.k.get(), dev.v.get(), dev.out.get(), dev.lse.get(),
+                                             dout.get(), delta.get(), dq.get(), dk.get(), dv.get(), kHeads, in.n, in.n,
+                                             in.d, in.d, 64, 64, in.scale(), in.causal};
+  cuda::device::flash_backward(args);
+  Tensor2 lse = xt::zeros<float>({kHeads, in.n});
+  dev.lse.download(lse.data());
+  const FlashGrads got{to_host(dq, kHeads, in.n, in.d), to_host(dk, kHeads, in.n, in.d), to_host(dv, kHeads, in.n, in.d)};
+  if (!validate_backward(state, got, in, to_host(dev.out, kHeads, in.n, in.d), lse, dout_host)) return;
+  time_on_device(state, [&] { cuda::device::flash_backward(args); });
+  state.counters["TFLOP/s"] = tflops(2.5 * in.flops());
+}
+
+// ------------------------------------------------------------------ sizes
+
+// The forward pass: the reference loops once at two small sizes; the lesson's last version (v2)
+// over n = 512 ... 16384, with and without the causal mask, and at d = 128; v1 (float loops
+// without micro-kernels) at 1024 and 4096 causal; the headline `opt` (the last version under its
+// lesson name) at the lab's sizes; the host-tensor CUDA entries (copies included) at 1024 and 4096.
+void forward_shapes(Benchmark* b, const Backend& backend) {
+  b->ArgNames({"n", "d", "causal"});
+  switch (backend.kind) {
+    case BackendKind::reference: b->Args({512, 64, 0})->Args({1024, 64, 1})->Iterations(1); return;
+    case BackendKind::student: b->Args({512, 64, 0})->Iterations(1); return;
+    case BackendKind::cuda: b->ArgsProduct({{1024, 4096}, {64, 128}, {0, 1}}); return;
+    case BackendKind::optimized: break;
+  }
+  if (backend.name == "opt_v1")
+    b->Args({1024, 64, 1})->Args({4096, 64, 1});
+  else if (backend.name == "opt")
+    b->ArgsProduct({{1024, 4096}, {64}, {0, 1}});
+  else
+    b->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64}, {0, 1}})->Args({4096, 128, 0})->Args({4096, 128, 1});
+}
+
+// The backward pass: the reference once at 512 causal; v1 (element-by-element dot products) at
+// 512; the others at 512 and 4096 causal, the last version (v3) also without the mask.
+void backward_shapes(Benchmark* b, const Backend& backend) {
+  b->ArgNames({"n", "d", "causal"})->Args({512, 64, 1});
+  if (backend.kind == BackendKind::reference) b->Iterations(1);
+  if (backend.kind == BackendKind::cuda) b->ArgsProduct({{1024, 4096}, {64}, {0, 1}});
+  if (backend.kind == BackendKind::optimized && backend.name != "opt_backward_v1") b->Args({4096, 64, 1});
+  if (backend.name == "opt_backward_v3") b->Args({4096, 64, 0});
+}
+
+void cuda_shapes(Benchmark* b) { b->ArgNames({"n", "d", "causal"})->ArgsProduct({{1024, 4096, 16384}, {64, 128}, {0, 1}}); }
 
 }  // namespace
 
-BENCHMARK(tvlab::bench::BM_openblas_sgemm)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ref_flash)->Name("ref_flash")->ArgNames({"n", "d", "causal"})->Args({512, 64, 0})->Args({1024, 64, 1})
-    ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_opt_flash_v1)->Name("opt_flash_v1")->ArgNames({"n", "d", "causal"})->Args({1024, 64, 1})->Args({4096, 64, 1})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_naive_sgemm)->Name("ch00_sgemm_attention")->ArgNames({"n", "d", "causal"})
-    ->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64}, {0, 1}})->Args({4096, 128, 1})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_opt_flash_v2)->Name("opt_flash_v2")->ArgNames({"n", "d", "causal"})
-    ->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64}, {0, 1}})->Args({4096, 128, 0})->Args({4096, 128, 1})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
-
-BENCHMARK(BM_backward<ref::flash_attention_backward>)->Name("ref_flash_backward")->ArgNames({"n", "d", "causal"})
-    ->Args({512, 64, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_backward<opt::flash_attention_backward_v2>)->Name("opt_flash_backward_v2")->ArgNames({"n", "d", "causal"})
-    ->Args({512, 64, 1})->Args({4096, 64, 1})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_backward<opt::flash_attention_backward_v3>)->Name("opt_flash_backward_v3")->ArgNames({"n", "d", "causal"})
-    ->Args({512, 64, 1})->Args({4096, 64, 1})->Args({4096, 64, 0})->UseRealTime()->Unit(benchmark::kMillisecond);
-
-int main(int argc, char** argv) {
-  tvlab::opt::use_the_best_blas_kernel(argv);  // timings against a fallback kernel would mislead
-  benchmark::Initialize(&argc, argv);
-  if (tvlab::cuda::device_available()) {
-    for (auto* b : {benchmark::RegisterBenchmark("cuda_flash_tiled", BM_cuda_flash),
-                    benchmark::RegisterBenchmark("cuda_flash_tensor_core_fp16", BM_cuda_tensor_core_fp16),
-                    benchmark::RegisterBenchmark("cuda_flash_tensor_core_bf16", BM_cuda_tensor_core_bf16),
-                    benchmark::RegisterBenchmark("cuda_unfused_cublas", BM_cuda_unfused)})
-      b->ArgNames({"n", "d", "causal"})->ArgsProduct({{1024, 4096, 16384}, {64, 128}, {0, 1}})->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("cuda_flash_backward", BM_cuda_backward)->ArgNames({"n", "d", "causal"})
-        ->ArgsProduct({{1024, 4096}, {64}, {0, 1}})->UseManualTime()->Unit(benchmark::kMillisecond);
-  }
-  benchmark::AddCustomContext("cuda", tvlab::cuda::device_description());
-  benchmark::AddCustomContext("openblas_kernel", tvlab::opt::blas_core_name());
+void register_benchmarks() {
+  add_openblas_sgemm({1024});
+  const auto& all = ch04::backends();
+  // The fp32 forward passes; the tensor-core kernel (16-bit inputs only) is timed below on its own.
+  std::vector<Backend> fp32_forward;
+  for (const auto& b : all)
+    if (!b.limits.sixteen_bit_only) fp32_forward.push_back(b);
+  add_backends(fp32_forward, &Backend::flash_forward, "flash_forward", flash_forward, forward_shapes);
+  add_benchmark("ch00_sgemm_attention", ch00_sgemm_attention, [](Benchmark* b) {
+    b->ArgNames({"n", "d", "causal"})->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64}, {0, 1}})->Args({4096, 128, 1});
+  });
+  add_backends(all, &Backend::flash_backward, "flash_backward", flash_backward, backward_shapes);
+  add_device_benchmark("cuda_flash_tiled", cuda_flash_tiled, cuda_shapes);
+  add_device_benchmark("cuda_flash_tensor_core_fp16",
+                       [](benchmark::State& state) { cuda_flash_tensor_core(state, FlashInputs::fp16); }, cuda_shapes);
+  add_device_benchmark("cuda_flash_tensor_core_bf16",
+                       [](benchmark::State& state) { cuda_flash_tensor_core(state, FlashInputs::bf16); }, cuda_shapes);
+  add_device_benchmark("cuda_unfused_cublas", cuda_unfused_cublas, cuda_shapes);
+  add_device_benchmark("cuda_flash_backward_device", cuda_flash_backward_device,
+                       [](Benchmark* b) { b->ArgNames({"n", "d", "causal"})->ArgsProduct({{1024, 4096}, {64}, {0, 1}}); });
   benchmark::AddCustomContext("heads", "8");
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
 }
+
+}  // namespace tvlab::bench
