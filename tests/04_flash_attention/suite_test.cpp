@@ -15,6 +15,7 @@
 #include "../common/attention_oracle.hpp"
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
+#include "flash_case.hpp"
 #include "backends.hpp"
 #include "tvlab/core/rng.hpp"
 
@@ -151,13 +152,6 @@ INSTANTIATE_TEST_SUITE_P(Ch04, BestTiles, ::testing::ValuesIn(tvlab::testing::un
 // ------------------------------------------------------------------------------ flash forward
 
 class Flash : public ::testing::TestWithParam<Backend> {};
-
-struct FlashCase {
-  std::string label;
-  std::size_t heads, seq_q, seq_k, head_dim, head_dim_v;
-  bool causal;
-  std::size_t block_q, block_k;
-};
 
 const FlashCase kCases[] = {
     {"one token", 1, 1, 1, 8, 8, true, 64, 64},

@@ -13,6 +13,7 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "flash_case.hpp"
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/cuda/flash_attention.hpp"
@@ -199,17 +200,10 @@ TEST(Ch04SixteenBitInputs, rejects_bad_input_naming_the_parameter) {
       GTEST_SKIP() << "no CUDA device (" << ::tvlab::cuda::device_description() << ")";              \
   } while (0)
 
-struct KernelCase {
-  std::string label;
-  std::size_t heads, seq_q, seq_k, head_dim, head_dim_v;
-  bool causal;
-  std::size_t block_q, block_k;
-};
-
 // Square and causal; queries that are the last 100 of 300 keys with head dimensions that need
 // padding to 16; head_dim 256 with tiles the kernel must shrink to fit shared memory; more queries
 // than keys; a single token.
-const KernelCase kKernelCases[] = {
+const FlashCase kFlashCases[] = {
     {"n 128, d 64, causal", 1, 128, 128, 64, 64, true, 64, 64},
     {"100 queries over 300 keys, d 40, d_v 24, causal", 2, 100, 300, 40, 24, true, 64, 32},
     {"n 77, d 256, tiles of 128 x 128 asked (shrunk to fit)", 1, 77, 77, 256, 256, false, 128, 128},
@@ -220,7 +214,7 @@ const KernelCase kKernelCases[] = {
 TEST(Ch04SixteenBitInputs, cuda_tensor_core_kernel_computes_what_the_reference_emulates) {
   TVLAB_SKIP_WITHOUT_CUDA_DEVICE();
   for (const Format& f : kFormats)
-    for (const KernelCase& c : kKernelCases) {
+    for (const FlashCase& c : kFlashCases) {
       const Inputs in = random_inputs(40 + c.seq_k, c.heads, c.seq_q, c.seq_k, c.head_dim, c.head_dim_v);
       FlashConfig cfg;
       cfg.inputs = f.inputs;
