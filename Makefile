@@ -13,6 +13,9 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # ccache (used when installed) keeps its cache in the home directory, or in build/ without one.
 export CCACHE_DIR ?= $(if $(HOME),$(HOME)/.cache/ccache,$(CURDIR)/build/.ccache)
+# The test programs and the command compile with precompiled headers (CMake's -include of
+# cmake_pch.hxx); ccache caches such compilations only with this sloppiness.
+export CCACHE_SLOPPINESS ?= pch_defines,time_macros,include_file_mtime,include_file_ctime
 BUILD := build/default
 TVLAB := $(BUILD)/chapters/tvlab
 CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))

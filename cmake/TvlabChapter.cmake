@@ -35,6 +35,7 @@ function(tvlab_add_chapter chapter)
   add_library(tvlab_${chapter}_walkthrough STATIC "${src}/walkthrough.cpp")
   target_link_libraries(tvlab_${chapter}_walkthrough PUBLIC tvlab_walkthrough tvlab_${chapter}_backends
                         PRIVATE tvlab_${chapter}_identity tvlab_flags)
+  target_precompile_headers(tvlab_${chapter}_walkthrough REUSE_FROM tvlab_walkthrough)
   target_link_libraries(tvlab PRIVATE tvlab_${chapter}_walkthrough tvlab_${chapter}_backends)
   set_property(GLOBAL APPEND PROPERTY TVLAB_CHAPTERS "${chapter}")
 
@@ -60,11 +61,13 @@ function(tvlab_add_chapter chapter)
     add_library(test_${chapter}_suites OBJECT ${suites} ${helpers})
     target_link_libraries(test_${chapter}_suites PUBLIC tvlab_test_common tvlab_${chapter}_backends
                           tvlab_${chapter}_identity tvlab_flags)
+    target_precompile_headers(test_${chapter}_suites REUSE_FROM tvlab_test_common)
 
     add_executable(test_${chapter} $<TARGET_OBJECTS:test_${chapter}_suites> ${other_tests})
     set_target_properties(test_${chapter} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/tests")
     target_link_libraries(test_${chapter} PRIVATE tvlab_test_main tvlab_test_common tvlab_${chapter}_backends
                           tvlab_exercises_solution tvlab_${chapter}_identity tvlab_flags)
+    target_precompile_headers(test_${chapter} REUSE_FROM tvlab_test_common)
     # ctest -L matches labels as regular expressions: `-L ch04` runs the chapter with its CUDA
     # cases, `-L gpu` every CUDA case; the exercise programs are labelled apart (see below).
     gtest_discover_tests(test_${chapter} DISCOVERY_TIMEOUT 60 NO_PRETTY_VALUES TEST_FILTER "-*cuda*"
