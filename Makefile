@@ -16,6 +16,8 @@ export CCACHE_DIR ?= $(if $(HOME),$(HOME)/.cache/ccache,$(CURDIR)/build/.ccache)
 # The test programs and the command compile with precompiled headers (CMake's -include of
 # cmake_pch.hxx); ccache caches such compilations only with this sloppiness.
 export CCACHE_SLOPPINESS ?= pch_defines,time_macros,include_file_mtime,include_file_ctime
+# Paths below the checkout are hashed relative to it, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR ?= $(CURDIR)
 BUILD := build/default
 TVLAB := $(BUILD)/chapters/tvlab
 CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))
