@@ -278,8 +278,18 @@ int run(const Options& o, const GlobalOptions& g) {
   AttentionConfig cfg;
   cfg.mask = attention_mask(o.mask);
 
+  // Agreement threshold, as in the tests: float against double, scores of size about sqrt(d_k)
+  // after the scale, outputs that are reductions of length n_k (tvlab::attention_tolerance).
+  const double threshold = attention_tolerance(d, n_k, std::sqrt(static_cast<double>(d)),
+                                               static_cast<double>(xt::amax(xt::abs(v))()));
+  const auto run_one = [&](const ch00::Backend& b) -> std::optional<Run> {
+    if (!b.sdpa) return std::nullopt;
+    Run run;
+    run.outputs.push_back({"scaled_dot_product_attention", b.sdpa(q, k, v, cfg), threshold});
+    return run;
+  };
   // The reference first: it validates the inputs, so --step never prints an invalid case.
-  const Tensor3 reference = ref::scaled_dot_product_attention(q, k, v, cfg);
+  const Run expected = *run_one(reference_backend(ch00::backends()));
   if (o.step) step_through(q, k, v, cfg, std::cout);
   if (!o.svg.empty()) {
     // One labelled cell per (query, key): a figure for a projector, not for n in the thousands.
@@ -296,10 +306,6 @@ int run(const Options& o, const GlobalOptions& g) {
                                      std::to_string(g.seed) + ")",
                                  "query i", "key j"));
   }
-  // Agreement threshold, as in the tests: float against double, scores of size about sqrt(d_k)
-  // after the scale, outputs that are reductions of length n_k (tvlab::attention_tolerance).
-  const double threshold = attention_tolerance(d, n_k, std::sqrt(static_cast<double>(d)),
-                                               static_cast<double>(xt::amax(xt::abs(v))()));
   Dump dump(o.dump);
   for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) dump.write(name, *t);
   RunReport report{TVLAB_CHAPTER_NAME, g.seed,
@@ -308,13 +314,7 @@ int run(const Options& o, const GlobalOptions& g) {
                        ", " + describe(cfg.mask) + ", seed " + std::to_string(g.seed),
                    {{"heads", heads}, {"seq_q", n_q}, {"seq_k", n_k}, {"head_dim", d}, {"mask", describe(cfg.mask)}},
                    g.format == "json"};
-  const auto run_one = [&](const ch00::Backend& b) -> std::optional<Run> {
-    if (!b.sdpa) return std::nullopt;
-    Run run;
-    run.outputs.push_back({"scaled_dot_product_attention", b.sdpa(q, k, v, cfg), threshold});
-    return run;
-  };
-  return run_backends(ch00::backends(), o.backend, run_one, dump, report);
+  return run_backends(ch00::backends(), o.backend, run_one, expected, dump, report);
 }
 
 }  // namespace

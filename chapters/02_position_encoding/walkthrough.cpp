@@ -509,7 +509,7 @@ int run(const Options& o, const GlobalOptions& g) {
   const RopeFrequencies freqs = ref::rope_frequencies(cfg, o.first_position + o.seq);
   const Inputs in = make_inputs(g.seed, o.heads, o.seq, o.head_dim, freqs, layout, o.first_position);
   // The reference first: it validates everything, so --step never prints an invalid case.
-  run_on(reference_backend(ch02::backends()), in);
+  const Run expected = *run_on(reference_backend(ch02::backends()), in);
   if (o.step) step_through(o, in);
   Dump dump(o.dump);
   dump.write("q", in.q);
@@ -524,8 +524,8 @@ int run(const Options& o, const GlobalOptions& g) {
                           {"factor", cfg.rope_scaling.factor}, {"layout", o.layout},
                           {"attention_factor", freqs.attention_factor}},
                          g.format == "json"};
-  return run_backends(ch02::backends(), o.backend, [&in](const ch02::Backend& b) { return run_on(b, in); }, dump,
-                      report);
+  return run_backends(ch02::backends(), o.backend, [&in](const ch02::Backend& b) { return run_on(b, in); }, expected,
+                      dump, report);
 }
 
 }  // namespace

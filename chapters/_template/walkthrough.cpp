@@ -82,6 +82,14 @@ int run(const Options& o, const GlobalOptions& g) {
   require_positive(TVLAB_CHAPTER_NAME, "--cols", o.cols);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols), 0.0, 3.0);
+  const auto run_one = [&](const example::Backend& b) -> std::optional<Run> {
+    if (!b.softmax) return std::nullopt;
+    Run run;
+    run.outputs.push_back({"softmax", b.softmax(x), 1e-6});  // weights in [0, 1]: a few float roundings
+    return run;
+  };
+  // The reference first: it validates the inputs, so --step never prints an invalid case.
+  const Run expected = *run_one(reference_backend(example::backends()));
   if (o.step) step_through(x);
   Dump dump(o.dump);
   dump.write("x", x);
@@ -90,13 +98,7 @@ int run(const Options& o, const GlobalOptions& g) {
                              std::to_string(g.seed),
                          {{"rows", o.rows}, {"cols", o.cols}},
                          g.format == "json"};
-  const auto run_one = [&](const example::Backend& b) -> std::optional<Run> {
-    if (!b.softmax) return std::nullopt;
-    Run run;
-    run.outputs.push_back({"softmax", b.softmax(x), 1e-6});  // weights in [0, 1]: a few float roundings
-    return run;
-  };
-  return run_backends(example::backends(), o.backend, run_one, dump, report);
+  return run_backends(example::backends(), o.backend, run_one, expected, dump, report);
 }
 
 }  // namespace

@@ -100,14 +100,4 @@ std::vector<Backend> providing(const std::vector<Backend>& all, Member Backend::
   return out;
 }
 
-/// The entries `--backend` selects: `all` (every entry), or one name. An unknown name throws
-/// tvlab::Error naming `--backend` and listing the registered names.
-template <class Backend>
-std::vector<Backend> select_backends(const std::vector<Backend>& all, std::string_view selection) {
-  if (selection == "all") return all;
-  for (const auto& b : all)
-    if (b.name == selection) return {b};
-  throw_unknown_backend(selection, backend_names(all));
-}
-
 }  // namespace tvlab

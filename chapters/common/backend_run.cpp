@@ -1,21 +1,16 @@
 #include "backend_run.hpp"
 
 #include <cmath>
-#include <filesystem>
 #include <iostream>
 
 #include "tvlab/core/error.hpp"
-#include "tvlab/core/xt_npy.hpp"
 #include "walkthrough.hpp"
 
 namespace tvlab::cli {
 
 void Dump::write(const std::string& name, const std::variant<Tensor1, Tensor2, Tensor3>& tensor) {
   if (!enabled()) return;
-  std::filesystem::create_directories(dir_);
-  const std::string path = (std::filesystem::path(dir_) / (name + ".npy")).string();
-  std::visit([&path](const auto& t) { xt::dump_npy(path, t); }, tensor);
-  files_.push_back(path);
+  files_.push_back(std::visit([&](const auto& t) { return dump_npy(dir_, name, t); }, tensor));
 }
 
 namespace {
@@ -69,24 +64,15 @@ std::vector<Agreement> agreements_of(const std::string& backend, const std::stri
   return rows;
 }
 
-int run_backends(const std::vector<RunnableBackend>& backends, const std::string& selection, Dump& dump,
-                 const RunReport& report) {
-  const RunnableBackend* reference = nullptr;
-  for (const auto& b : backends)
-    if (b.kind == BackendKind::reference) reference = &b;
-  if (!reference) throw_no_reference_backend();
+int run_backends(const std::vector<RunnableBackend>& backends, const std::string& selection, const Run& expected,
+                 Dump& dump, const RunReport& report) {
+  const RunnableBackend* reference = &reference_backend(backends);
   std::vector<const RunnableBackend*> chosen;
   for (const auto& b : backends)
     if (selection == "all" || b.name == selection) chosen.push_back(&b);
-  if (chosen.empty()) {
-    std::string names;
-    for (const auto& b : backends) names += (names.empty() ? "" : ", ") + b.name;
-    throw_unknown_backend(selection, names);
-  }
+  if (chosen.empty()) throw_unknown_backend(selection, backend_names(backends));
   const bool named = selection != "all";
 
-  // The reference first: it validates the inputs, and its outputs are the expected ones.
-  const Run expected = *reference->run();
   std::vector<Result> results;
   bool all_agree = true;
   for (const RunnableBackend* b : chosen) {

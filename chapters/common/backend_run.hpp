@@ -99,19 +99,21 @@ struct RunnableBackend {
   std::function<std::optional<Run>()> run;  ///< nothing: the backend provides none of the functions
 };
 
-/// Runs the reference and the backends `selection` names, prints the report, returns the exit
-/// status (0 all agree, 1 some output disagrees). Throws tvlab::Error for a bad `selection`.
-int run_backends(const std::vector<RunnableBackend>& backends, const std::string& selection, Dump& dump,
-                 const RunReport& report);
+/// Runs the backends `selection` names, compares them with `expected` (the reference's run, which
+/// the chapter computes first: it validates the inputs before --step prints anything), prints the
+/// report, returns the exit status (0 all agree, 1 some output disagrees). Throws tvlab::Error for
+/// a bad `selection`.
+int run_backends(const std::vector<RunnableBackend>& backends, const std::string& selection, const Run& expected,
+                 Dump& dump, const RunReport& report);
 
 /// The same for a chapter's registry and its `run_one(backend)`.
 template <class Backend, class RunOne>
-int run_backends(const std::vector<Backend>& registry, const std::string& selection, RunOne run_one, Dump& dump,
-                 const RunReport& report) {
+int run_backends(const std::vector<Backend>& registry, const std::string& selection, RunOne run_one,
+                 const Run& expected, Dump& dump, const RunReport& report) {
   std::vector<RunnableBackend> runnable;
   for (const auto& b : registry)
     runnable.push_back({b.name, b.kind, b.caps, [&run_one, &b]() -> std::optional<Run> { return run_one(b); }});
-  return run_backends(runnable, selection, dump, report);
+  return run_backends(runnable, selection, expected, dump, report);
 }
 
 }  // namespace tvlab::cli

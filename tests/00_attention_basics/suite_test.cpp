@@ -182,8 +182,8 @@ TEST_P(AttentionCases, matches_oracle) {
   // ~2 delta max|v|. P V adds a length-seq_k reduction. Hence rtol = 10 eps sqrt(K) and
   // atol = rtol * max|v| * (2 M + 1), K = max(head_dim, seq_k).
   const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));
-  const double vmax = xt::amax(xt::abs(v))();
-  const tvlab::Tolerance tol{rtol * vmax * (2.0 * score_magnitude(q, k, cfg) + 1.0), rtol};
+  const tvlab::Tolerance tol{attention_tolerance(c.head_dim, c.seq_k, score_magnitude(q, k, cfg), xt::amax(xt::abs(v))()),
+                             rtol};
   std::ostringstream explore;
   explore << "tvlab 00_attention_basics --seed " << seed << " --heads " << c.heads << " --seq " << c.seq_q
         << " --head-dim " << c.head_dim << (c.mask == MaskKind::causal ? " --causal" : "") << " --backend "
@@ -279,8 +279,8 @@ TEST_P(MaskCases, matches_the_oracle_or_refuses_the_part_naming_it) {
   // As in AttentionCases: rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1), M the size of a
   // score's terms (bias and ALiBi included).
   const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));
-  const double vmax = xt::amax(xt::abs(v))();
-  EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), {rtol * vmax * (2.0 * score_magnitude(q, k, cfg) + 1.0), rtol},
+  const double atol = attention_tolerance(c.head_dim, c.seq_k, score_magnitude(q, k, cfg), xt::amax(xt::abs(v))());
+  EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), {atol, rtol},
                       {std::string("scaled_dot_product_attention, ") + c.label, {"h", "i", "d"}, seed, "",
                        "query i sits at i' = i (top_left) or i + seq_k - seq_q (bottom_right); the window keeps "
                        "i' - left <= j <= i' + right"}));

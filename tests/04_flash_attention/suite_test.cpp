@@ -186,6 +186,24 @@ DTensor2 lse_oracle(const Tensor3& q, const Tensor3& k, const FlashConfig& cfg) 
   return lse;
 }
 
+// out and lse of a forward pass against the double oracle. As in chapter 00: a score's float
+// error is at most rtol M (M = max_ij scale sum |q k| plus the bias terms, score_magnitude), which
+// moves an output by at most 2 rtol M max|v|, and P V adds rtol max|v| (tvlab::attention_tolerance,
+// rtol = 10 eps sqrt(K), K = max(d, seq_k)); L_i = m_i + ln l_i moves by at most the score error.
+void expect_forward_matches(const FlashOutput& got, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                            const FlashConfig& cfg, const std::string& label, std::uint64_t seed,
+                            const std::string& out_hint, const std::string& lse_hint) {
+  const AttentionConfig same = same_attention(cfg);
+  const std::size_t head_dim = q.shape()[2], seq_k = k.shape()[1];
+  const double rtol = tvlab::testing::reduction_rtol(std::max(head_dim, seq_k));
+  const double magnitude = testing::score_magnitude(q, k, same);
+  const double atol = attention_tolerance(head_dim, seq_k, magnitude, xt::amax(xt::abs(v))());
+  EXPECT_TRUE(matches(got.out, testing::sdpa_oracle(q, k, v, same), {atol, rtol},
+                      {"flash_attention_forward, " + label, {"h", "i", "d"}, seed, "", out_hint}));
+  EXPECT_TRUE(matches(got.lse, lse_oracle(q, k, cfg), {rtol * (magnitude + 1), 0.0},
+                      {"log-sum-exp, " + label, {"h", "i"}, seed, "", lse_hint}));
+}
+
 TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
   const Backend& impl = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
@@ -198,19 +216,9 @@ TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
     cfg.mask.causal = c.causal;
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
-    const AttentionConfig same = same_attention(cfg);
-    const FlashOutput got = impl.flash_forward(q, k, v, cfg);
-    // As in chapter 00: rtol = 10 eps sqrt(K), atol = rtol max|v| (2M + 1), K = max(d, seq_k),
-    // M = max_ij scale sum |q k| (the size of the terms of a score).
-    const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
-    const double vmax = xt::amax(xt::abs(v))();
-    const double magnitude = testing::score_magnitude(q, k, same);
-    EXPECT_TRUE(matches(got.out, testing::sdpa_oracle(q, k, v, same), {rtol * vmax * (2 * magnitude + 1), rtol},
-                        {"flash_attention_forward, " + c.label, {"h", "i", "d"}, seed, "",
-                         "rescale both l and the output accumulator by e^{m - m'} when the row maximum grows"}));
-    // L_i = m_i + ln l_i: an error delta in the scores moves it by at most delta.
-    EXPECT_TRUE(matches(got.lse, lse_oracle(q, k, cfg), {rtol * (magnitude + 1), 0.0},
-                        {"log-sum-exp, " + c.label, {"h", "i"}, seed, "", "L = m + ln(l), not ln(l) alone"}));
+    expect_forward_matches(impl.flash_forward(q, k, v, cfg), q, k, v, cfg, c.label, seed,
+                           "rescale both l and the output accumulator by e^{m - m'} when the row maximum grows",
+                           "L = m + ln(l), not ln(l) alone");
   }
 }
 
@@ -340,17 +348,9 @@ TEST_P(Flash, masks_match_the_oracle_or_are_refused_naming_the_part) {
       continue;
     }
     if (unavailable_reason(impl.caps)) continue;
-    const FlashOutput got = impl.flash_forward(q, k, v, cfg);
-    const AttentionConfig same = same_attention(cfg);
-    // As in forward_matches_the_attention_oracle_and_its_log_sum_exp, M including the bias terms.
-    const double rtol = tvlab::testing::reduction_rtol(std::max(c.head_dim, c.seq_k));
-    const double vmax = xt::amax(xt::abs(v))();
-    const double magnitude = testing::score_magnitude(q, k, same);
-    EXPECT_TRUE(matches(got.out, testing::sdpa_oracle(q, k, v, same), {rtol * vmax * (2 * magnitude + 1), rtol},
-                        {"flash_attention_forward, " + c.label, {"h", "i", "d"}, seed, "",
-                         "a key tile may be skipped only when the mask hides it from every row of the query tile"}));
-    EXPECT_TRUE(matches(got.lse, lse_oracle(q, k, cfg), {rtol * (magnitude + 1), 0.0},
-                        {"log-sum-exp, " + c.label, {"h", "i"}, seed, "", "a row that sees no key has L = -inf"}));
+    expect_forward_matches(impl.flash_forward(q, k, v, cfg), q, k, v, cfg, c.label, seed,
+                           "a key tile may be skipped only when the mask hides it from every row of the query tile",
+                           "a row that sees no key has L = -inf");
   }
 }
 
