@@ -1,8 +1,5 @@
 // The `tvlab` command: `tvlab list`, `tvlab tour`, and one subcommand per chapter.
 
-#include <CLI/CLI.hpp>
-#include <omp.h>
-
 #include <iostream>
 
 #include "common/walkthrough.hpp"
@@ -64,45 +61,16 @@ int tour(const GlobalOptions& g) {
 
 int main(int argc, char** argv) {
   using namespace tvlab::cli;
-  CLI::App app{"tvlab — Transformer Variants Lab: each component of a modern LLM as a readable reference, "
-               "an optimized CPU version and a CUDA version, with tests that prove they agree."};
-  app.require_subcommand(1);
   GlobalOptions global;
-  app.add_option("--seed", global.seed, "seed of the deterministic random inputs")->capture_default_str();
-  app.add_option("--format", global.format, "text | markdown | json")
-      ->check(CLI::IsMember({"text", "markdown", "json"}))
-      ->capture_default_str();
-  app.add_option("--threads", global.threads, "OpenMP threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  app.parse_complete_callback([&global] {
-    if (global.threads > 0) omp_set_num_threads(global.threads);
-  });
-  int status = 0;
+  CommandLine line("tvlab — Transformer Variants Lab: each component of a modern LLM as a readable reference, "
+                   "an optimized CPU version and a CUDA version, with tests that prove they agree.",
+                   global);
   bool list_names = false, list_figures = false;
-  CLI::App* list_command = app.add_subcommand("list", "list the chapters");
-  list_command->add_flag("--names", list_names, "only the chapters' names, one a line");
-  list_command->add_flag("--figures", list_figures, "the lessons' figures: FILE<tab>COMMAND, made by `tvlab COMMAND --svg FILE`");
-  list_command->callback([&] { status = list(list_names, list_figures); });
-  app.add_subcommand("tour", "run every chapter's documented examples; non-zero exit if any implementation disagrees")
-      ->callback([&] { status = tour(global); });
-  for (const auto& c : chapters()) c.add_subcommand(app, global);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::RuntimeError& e) {
-    return e.get_exit_code();
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // Usage errors are bad input too: one line, exit status 2.
-    std::cerr << "tvlab: " << e.what() << " (see tvlab --help)\n";
-    return 2;
-  } catch (const tvlab::Error& e) {
-    std::cerr << "tvlab: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "tvlab: " << e.what() << "\n";
-    return 2;
-  }
-  return status;
+  line.subcommand("list", "list the chapters", [&] { return list(list_names, list_figures); })
+      .flag("--names", list_names, "only the chapters' names, one a line")
+      .flag("--figures", list_figures, "the lessons' figures: FILE<tab>COMMAND, made by `tvlab COMMAND --svg FILE`");
+  line.subcommand("tour", "run every chapter's documented examples; non-zero exit if any implementation disagrees",
+                  [&] { return tour(global); });
+  for (const auto& c : chapters()) c.add_subcommand(line, global);
+  return line.run(argc, argv);
 }

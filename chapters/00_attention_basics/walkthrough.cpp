@@ -1,8 +1,6 @@
 // `tvlab 00_attention_basics` (alias `tvlab attention`): scaled dot-product attention step by step,
 // the cost of the n x n matrix, and why the scores are divided by sqrt(d_k).
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -326,17 +324,17 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.alias = "attention";
   c.summary = "scaled dot-product and multi-head attention, the cost of the n x n matrix, why 1/sqrt(d_k)";
   c.figures.push_back({"docs/figures/ch00_causal_attention.svg", "attention --causal --seq 8 --head-dim 4 --heads 1 --backend ref"});
-  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
+    Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
         "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)",
         "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR", backend_lines(ch00::backends()), [o, &global] { return run(*o, global); });
-    sub->add_option("--heads", o->heads, "number of heads h")->capture_default_str();
-    sub->add_option("--seq", o->seq, "sequence length n (queries)")->capture_default_str();
-    sub->add_option("--seq-k", o->seq_k, "number of keys (default: --seq)");
-    sub->add_option("--head-dim", o->head_dim, "head dimension d_k")->capture_default_str();
-    add_mask_options(*sub, o->mask);
-    sub->add_option("--svg", o->svg, "draw head 0's attention weights P as a heatmap into FILE");
+    sub.option("--heads", o->heads, "number of heads h");
+    sub.option("--seq", o->seq, "sequence length n (queries)");
+    sub.option("--seq-k", o->seq_k, "number of keys (default: --seq)", ShowDefault::no);
+    sub.option("--head-dim", o->head_dim, "head dimension d_k");
+    add_mask_options(sub, o->mask);
+    sub.option("--svg", o->svg, "draw head 0's attention weights P as a heatmap into FILE", ShowDefault::no);
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

@@ -1,8 +1,6 @@
 // `tvlab 01_normalization` (alias `tvlab norm`): LayerNorm and RMSNorm step by step, the
 // activations, the FFN variants and their widths, and Post-LN vs Pre-LN with depth.
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -290,17 +288,17 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.alias = "norm";
   c.summary = "LayerNorm and RMSNorm (forward, backward), ReLU/GELU/SiLU, SwiGLU FFN widths, Post-LN vs Pre-LN";
   c.figures.push_back({"docs/figures/ch01_post_ln_vs_pre_ln.svg", "norm"});
-  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "norm", "Chapter 01: normalization, activations and the FFN", *o,
+    Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "norm", "Chapter 01: normalization, activations and the FFN", *o,
         "print LayerNorm, RMSNorm, the activations and SwiGLU step by step",
         "write x.npy, gamma.npy, beta.npy, w1..w3.npy and <function>_<backend>.npy to DIR",
         backend_lines(ch01::backends()), [o, &global] { return run(*o, global); });
-    sub->add_option("--tokens", o->tokens, "number of tokens")->capture_default_str();
-    sub->add_option("--d-model", o->d_model, "model width d_model")->capture_default_str();
-    sub->add_option("--d-ff", o->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)");
-    sub->add_option("--eps", o->eps, "epsilon of the norms")->capture_default_str();
-    sub->add_option("--svg", o->svg, "draw the Post-LN / Pre-LN activation and gradient RMS by layer into FILE");
+    sub.option("--tokens", o->tokens, "number of tokens");
+    sub.option("--d-model", o->d_model, "model width d_model");
+    sub.option("--d-ff", o->d_ff, "SwiGLU width (default: LLaMA's 8/3 d_model rounded to 8)", ShowDefault::no);
+    sub.option("--eps", o->eps, "epsilon of the norms");
+    sub.option("--svg", o->svg, "draw the Post-LN / Pre-LN activation and gradient RMS by layer into FILE", ShowDefault::no);
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

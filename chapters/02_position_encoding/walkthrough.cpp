@@ -1,8 +1,6 @@
 // `tvlab 02_position_encoding` (alias `tvlab rope`): RoPE step by step, the context-extension
 // methods per frequency pair, ALiBi, the extrapolation experiment, learned vs sinusoidal positions.
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <iostream>
 #include <numbers>
@@ -538,27 +536,25 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.summary = "sinusoidal and learned positions, RoPE, PI / NTK / dynamic NTK / YaRN, ALiBi, extrapolation";
   c.figures.push_back({"docs/figures/ch02_frequency_scaling.svg", "rope --figure scaling --factor 4"});
   c.figures.push_back({"docs/figures/ch02_logit_decay.svg", "rope --figure decay"});
-  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "rope", "Chapter 02: position encoding and context extrapolation", *o,
+    Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "rope", "Chapter 02: position encoding and context extrapolation", *o,
         "print the frequencies, angles, rotated q, RoPE's relative scores, ALiBi's bias and YaRN's per-pair table",
         "write q.npy, k.npy, v.npy, inv_freq.npy and <function>_<backend>.npy to DIR",
         backend_lines(ch02::backends()), [o, &global] { return run(*o, global); });
-    sub->add_option("--seq", o->seq, "number of positions")->capture_default_str();
-    sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();
-    sub->add_option("--head-dim", o->head_dim, "head dimension d (even)")->capture_default_str();
-    sub->add_option("--theta", o->theta, "RoPE base (rope_theta)")->capture_default_str();
-    sub->add_option("--layout", o->layout, "interleaved (pairs 2i, 2i+1) or half_split (pairs i, i + d/2)")
-        ->capture_default_str();
-    sub->add_option("--rope-type", o->rope_type, "default | linear | dynamic | yarn")->capture_default_str();
-    sub->add_option("--factor", o->factor, "context extension factor s")->capture_default_str();
-    sub->add_option("--original-length", o->original_length, "pre-training length L")->capture_default_str();
-    sub->add_option("--first-position", o->first_position, "position of the first token")->capture_default_str();
-    sub->add_option("--svg", o->svg, "draw the figure chosen by --figure into FILE");
-    sub->add_option("--figure", o->figure,
-                    "scaling: theta'/theta per pair for each method (uses --factor); decay: logit vs distance, "
-                    "RoPE vs ALiBi")
-        ->capture_default_str();
+    sub.option("--seq", o->seq, "number of positions");
+    sub.option("--heads", o->heads, "number of heads");
+    sub.option("--head-dim", o->head_dim, "head dimension d (even)");
+    sub.option("--theta", o->theta, "RoPE base (rope_theta)");
+    sub.option("--layout", o->layout, "interleaved (pairs 2i, 2i+1) or half_split (pairs i, i + d/2)");
+    sub.option("--rope-type", o->rope_type, "default | linear | dynamic | yarn");
+    sub.option("--factor", o->factor, "context extension factor s");
+    sub.option("--original-length", o->original_length, "pre-training length L");
+    sub.option("--first-position", o->first_position, "position of the first token");
+    sub.option("--svg", o->svg, "draw the figure chosen by --figure into FILE", ShowDefault::no);
+    sub.option("--figure", o->figure,
+               "scaling: theta'/theta per pair for each method (uses --factor); decay: logit vs distance, "
+               "RoPE vs ALiBi");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

@@ -1,8 +1,6 @@
 // `tvlab 04_flash_attention` (alias `tvlab flash`): the online softmax block by block, flash
 // attention's tiles, the IO model of standard vs tiled attention, FP8 and 16-bit emulation.
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <iostream>
 #include <span>
@@ -432,7 +430,7 @@ int run(const Options& o, const GlobalOptions& g) {
                     {"block_q", o.block_q}, {"block_k", o.block_k}, {"inputs", o.inputs}},
                    json};
   if (low_precision) {
-    report.parameters["rounding_error_vs_fp32_inputs"] = rounding_error;
+    report.parameters.push_back({"rounding_error_vs_fp32_inputs", rounding_error});
     if (!json)
       std::cout << "\nrounding the inputs to " << o.inputs << " moves ref's output by " << sci(rounding_error, 2)
                 << " against fp32 inputs\n";
@@ -450,24 +448,22 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.alias = "flash";
   c.summary = "online softmax, flash attention forward and backward, the IO model, fp16/bf16 and FP8 emulation";
   c.figures.push_back({"docs/figures/ch04_io_model.svg", "flash"});
-  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "flash", "Chapter 04: flash attention, tile by tile", *o,
+    Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "flash", "Chapter 04: flash attention, tile by tile", *o,
         "print query 0's online softmax one key tile at a time: m, l and the rescaled output accumulator",
         "write q.npy, k.npy, v.npy and flash_attention_forward_<backend>.npy, lse_<backend>.npy to DIR",
         backend_lines(ch04::backends()), [o, &global] { return run(*o, global); });
-    sub->add_option("--seq", o->seq, "sequence length n")->capture_default_str();
-    sub->add_option("--head-dim", o->head_dim, "head dimension d")->capture_default_str();
-    sub->add_option("--heads", o->heads, "number of heads")->capture_default_str();
-    sub->add_option("--block-q", o->block_q, "query rows per tile (B_r)")->capture_default_str();
-    sub->add_option("--block-k", o->block_k, "key rows per tile (B_c)")->capture_default_str();
-    add_mask_options(*sub, o->mask);  // whole key tiles the mask hides are skipped
-    sub->add_option("--inputs", o->inputs,
-                    "format of the products' inputs: fp32, or fp16 / bf16 as tensor cores take them (ref emulates, "
-                    "cuda runs the tensor-core kernel: tiles must be multiples of 16)")
-        ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-        ->capture_default_str();
-    sub->add_option("--svg", o->svg, "draw HBM traffic against on-chip memory (standard vs flash) into FILE");
+    sub.option("--seq", o->seq, "sequence length n");
+    sub.option("--head-dim", o->head_dim, "head dimension d");
+    sub.option("--heads", o->heads, "number of heads");
+    sub.option("--block-q", o->block_q, "query rows per tile (B_r)");
+    sub.option("--block-k", o->block_k, "key rows per tile (B_c)");
+    add_mask_options(sub, o->mask);  // whole key tiles the mask hides are skipped
+    sub.choice("--inputs", o->inputs, {"fp32", "fp16", "bf16"},
+               "format of the products' inputs: fp32, or fp16 / bf16 as tensor cores take them (ref emulates, "
+               "cuda runs the tensor-core kernel: tiles must be multiples of 16)");
+    sub.option("--svg", o->svg, "draw HBM traffic against on-chip memory (standard vs flash) into FILE", ShowDefault::no);
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

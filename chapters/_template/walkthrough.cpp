@@ -109,14 +109,14 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.name = TVLAB_CHAPTER_NAME;
   c.alias = "example";
   c.summary = "the template chapter: its example is the row softmax";
-  c.add_subcommand = [](CLI::App& root, GlobalOptions& global) {
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    CLI::App* sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "example", "The template chapter: the row softmax, step by step", *o,
+    Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "example", "The template chapter: the row softmax, step by step", *o,
         "print every intermediate state of row 0 (max, exponentials, sum, weights)",
         "write x.npy and softmax_<backend>.npy to DIR", backend_lines(example::backends()),
         [o, &global] { return run(*o, global); });
-    sub->add_option("--rows", o->rows, "rows of logits")->capture_default_str();
-    sub->add_option("--cols", o->cols, "logits per row")->capture_default_str();
+    sub.option("--rows", o->rows, "rows of logits");
+    sub.option("--cols", o->cols, "logits per row");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

@@ -1,5 +1,7 @@
 #include "backend_run.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <iostream>
 
@@ -33,10 +35,16 @@ double max_abs_error(const std::variant<Tensor1, Tensor2, Tensor3>& a, const std
       a);
 }
 
+nlohmann::json to_json(const JsonFields& fields) {
+  nlohmann::json object = nlohmann::json::object();
+  for (const auto& [key, scalar] : fields) std::visit([&](const auto& v) { object[key] = v; }, scalar.value());
+  return object;
+}
+
 struct Result {
   std::string name, kind, status, reason, note;
   nlohmann::json outputs = nlohmann::json::array();
-  nlohmann::json details = nlohmann::json::object();
+  JsonFields details;
 };
 
 const Output* find_output(const Run& run, const std::string& name) {
@@ -76,7 +84,9 @@ int run_backends(const std::vector<RunnableBackend>& backends, const std::string
   std::vector<Result> results;
   bool all_agree = true;
   for (const RunnableBackend* b : chosen) {
-    Result r{b->name, to_string(b->kind), "", "", ""};
+    Result r;
+    r.name = b->name;
+    r.kind = to_string(b->kind);
     const auto refuse = [&](const std::string& status, const std::string& reason) {
       if (named) fail("--backend", b->name, " cannot run: ", status == "not implemented" ? "not implemented: " : "", reason);
       r.status = status;
@@ -121,12 +131,12 @@ int run_backends(const std::vector<RunnableBackend>& backends, const std::string
   }
 
   if (report.json) {
-    nlohmann::json doc = {{"chapter", report.chapter}, {"seed", report.seed}, {"parameters", report.parameters},
+    nlohmann::json doc = {{"chapter", report.chapter}, {"seed", report.seed}, {"parameters", to_json(report.parameters)},
                           {"backends", nlohmann::json::array()}, {"files", dump.files()}};
     for (const auto& r : results) {
       nlohmann::json entry = {{"name", r.name}, {"kind", r.kind}, {"status", r.status}, {"outputs", r.outputs}};
       if (!r.reason.empty()) entry["reason"] = r.reason;
-      if (!r.details.empty()) entry["details"] = r.details;
+      if (!r.details.empty()) entry["details"] = to_json(r.details);
       doc["backends"].push_back(entry);
     }
     std::cout << doc.dump(2) << "\n";

@@ -31,8 +31,6 @@
 /// `status` is one of `agrees`, `disagrees`, `skipped`, `not implemented` (the last two with a
 /// `reason`).
 
-#include <nlohmann/json.hpp>
-
 #include <functional>
 #include <optional>
 #include <string>
@@ -45,6 +43,34 @@
 
 namespace tvlab::cli {
 
+/// A number, text or truth value in the JSON report. (The chapters describe their runs with these;
+/// the JSON library is compiled in backend_run.cpp only.)
+class JsonScalar {
+ public:
+  using Value = std::variant<bool, long long, unsigned long long, double, std::string>;
+  JsonScalar(bool v) : value_(v) {}
+  JsonScalar(int v) : value_(static_cast<long long>(v)) {}
+  JsonScalar(long v) : value_(static_cast<long long>(v)) {}
+  JsonScalar(long long v) : value_(v) {}
+  JsonScalar(unsigned v) : value_(static_cast<unsigned long long>(v)) {}
+  JsonScalar(unsigned long v) : value_(static_cast<unsigned long long>(v)) {}
+  JsonScalar(unsigned long long v) : value_(v) {}
+  JsonScalar(double v) : value_(v) {}
+  JsonScalar(const char* v) : value_(std::string(v)) {}
+  JsonScalar(std::string v) : value_(std::move(v)) {}
+  const Value& value() const { return value_; }
+
+ private:
+  Value value_;
+};
+
+/// `"key": value` members of a JSON object, in the order given: `{{"heads", 2}, {"mask", "causal"}}`.
+struct JsonField {
+  std::string key;
+  JsonScalar value;
+};
+using JsonFields = std::vector<JsonField>;
+
 /// One result of a backend, compared with the reference's result of the same name.
 struct Output {
   std::string name;                               ///< "scaled_dot_product_attention", "lse"
@@ -56,8 +82,8 @@ struct Output {
 /// What one backend produced on the chapter's inputs.
 struct Run {
   std::vector<Output> outputs;
-  nlohmann::json details = nlohmann::json::object();  ///< facts besides the outputs (tile counts)
-  std::string note;                                    ///< the same facts, for the text report
+  JsonFields details;  ///< facts besides the outputs (tile counts)
+  std::string note;    ///< the same facts, for the text report
 };
 
 /// The output named `name` of a run (tvlab::Error when there is none).
@@ -87,7 +113,7 @@ struct RunReport {
   std::string chapter;   ///< TVLAB_CHAPTER_NAME
   std::uint64_t seed = 0;
   std::string title;     ///< the text heading: "scaled_dot_product_attention: heads 2, seq 6, ..."
-  nlohmann::json parameters = nlohmann::json::object();
+  JsonFields parameters;  ///< the sizes and options of the run
   bool json = false;
 };
 

@@ -6,14 +6,14 @@
 
 namespace tvlab::cli {
 
-void add_mask_options(CLI::App& command, MaskOptions& options) {
-  command.add_flag("--causal", options.causal, "causal mask: query i sees keys j <= i' (i' its aligned position)");
-  command.add_option("--causal-align", options.causal_align,
-                     "where query i sits among the keys: top-left (i' = i, PyTorch's is_causal) or bottom-right "
-                     "(i' = i + seq_k - seq_q, FlashAttention's and a KV cache's)")
-      ->capture_default_str();
-  command.add_option("--window", options.window,
-                     "sliding window: L (keys i' - L .. i') or L,R (keys i' - L .. i' + R), widths >= 0");
+void add_mask_options(Command& command, MaskOptions& options) {
+  command.flag("--causal", options.causal, "causal mask: query i sees keys j <= i' (i' its aligned position)");
+  command.option("--causal-align", options.causal_align,
+                 "where query i sits among the keys: top-left (i' = i, PyTorch's is_causal) or bottom-right "
+                 "(i' = i + seq_k - seq_q, FlashAttention's and a KV cache's)");
+  command.option("--window", options.window,
+                 "sliding window: L (keys i' - L .. i') or L,R (keys i' - L .. i' + R), widths >= 0",
+                 ShowDefault::no);
 }
 
 namespace {

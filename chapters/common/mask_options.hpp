@@ -4,10 +4,9 @@
 /// chapters built on them): `--causal`, `--causal-align`, `--window`, turned into the one
 /// mask specification of core (`tvlab::AttentionMask`).
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 
+#include "common/command.hpp"
 #include "tvlab/core/attention_mask.hpp"
 
 namespace tvlab::cli {
@@ -19,7 +18,7 @@ struct MaskOptions {
 };
 
 /// Adds --causal, --causal-align and --window to a chapter command.
-void add_mask_options(CLI::App& command, MaskOptions& options);
+void add_mask_options(Command& command, MaskOptions& options);
 
 /// The mask the options describe. Throws tvlab::Error naming the option for a malformed
 /// --window or --causal-align.

@@ -35,31 +35,6 @@ void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines
   }
 }
 
-CLI::App* add_chapter_command(CLI::App& root, GlobalOptions& global, const std::string& name, const std::string& alias,
-                              const std::string& description, StandardOptions& standard,
-                              const std::string& step_help, const std::string& dump_help,
-                              std::vector<BackendLine> backends, std::function<int()> run) {
-  CLI::App* sub = root.add_subcommand(name, description);
-  sub->alias(alias);
-  sub->fallthrough();  // --seed, --format, --threads of the root also work after the chapter name
-  sub->add_flag("--step", standard.step, step_help);
-  sub->add_option("--backend", standard.backend, "a registered backend (--backend list prints them) or all")
-      ->capture_default_str();
-  sub->add_flag_callback("--json", [&global] { global.format = "json"; }, "print the run as JSON (--format json)");
-  sub->add_flag_callback("--markdown", [&global] { global.format = "markdown"; },
-                         "print the chapter's documented results, its results.md (--format markdown)");
-  sub->add_option("--dump", standard.dump, dump_help);
-  sub->callback([run = std::move(run), backends = std::move(backends), &standard] {
-    if (standard.backend == "list") {
-      print_backend_list(std::cout, backends);
-      return;
-    }
-    const int rc = run();
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
-  return sub;
-}
-
 namespace {
 
 template <class M>

@@ -3,8 +3,6 @@
 /// What every chapter's walkthrough (`tvlab NN_<topic>`) shares: global options, the chapter
 /// registry, the tour report, the document-number checks, printing and dumping helpers.
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "common/backend.hpp"
+#include "common/command.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::cli {
@@ -58,8 +57,8 @@ struct Chapter {
   std::string alias;    ///< "attention"
   std::string summary;  ///< one line for `tvlab list`
   std::vector<Figure> figures;  ///< the lesson's figures, listed by `tvlab list --figures`
-  /// Adds the chapter's subcommand to the root command.
-  std::function<void(CLI::App& root, GlobalOptions& global)> add_subcommand;
+  /// Adds the chapter's subcommand to the root command (add_chapter_command, then its own options).
+  std::function<void(CommandLine& root, GlobalOptions& global)> add_subcommand;
   /// Runs the documented examples (deterministic) for `tvlab tour`.
   std::function<TourReport(const GlobalOptions& global)> tour;
 };
@@ -96,10 +95,9 @@ void print_backend_list(std::ostream& out, const std::vector<BackendLine>& lines
 /// say what --step prints and what --dump writes, `backends` are the chapter's registry
 /// (printed by `--backend list`). `run` returns the exit status (non-zero when an
 /// implementation disagrees). The chapter adds its own size options to the returned command.
-CLI::App* add_chapter_command(CLI::App& root, GlobalOptions& global, const std::string& name, const std::string& alias,
-                              const std::string& description, StandardOptions& standard,
-                              const std::string& step_help, const std::string& dump_help,
-                              std::vector<BackendLine> backends, std::function<int()> run);
+Command add_chapter_command(CommandLine& root, GlobalOptions& global, const std::string& name, const std::string& alias,
+                            const std::string& description, StandardOptions& standard, const std::string& step_help,
+                            const std::string& dump_help, std::vector<BackendLine> backends, std::function<int()> run);
 
 // ------------------------------------------------------------------------------------- helpers
 

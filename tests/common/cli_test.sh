@@ -20,6 +20,9 @@ for name in "${chapters[@]}"; do
   grep -q "^$name:" "$tmp/out" && pass "tour runs $name" || fail "tour does not run $name"
 done
 check "no subcommand" 2 "subcommand" -- "$tvlab"
+check "--threads beyond 4 per core is refused" 2 "--threads" -- "$tvlab" --threads 65535 tour
+check "--threads below 0 is refused" 2 "--threads" -- "$tvlab" "${chapters[0]}" --threads -1
+check "--threads 1 runs" 0 "" -- "$tvlab" "${chapters[0]}" --threads 1 --backend opt
 
 for name in "${chapters[@]}"; do
   check "$name runs" 0 "" -- "$tvlab" "$name"
