@@ -46,6 +46,13 @@ function(tvlab_add_chapter chapter)
                           tvlab_${chapter}_identity tvlab_flags)
   endif()
 
+  if(TVLAB_BUILD_TESTS)
+    # The options every chapter has (--backend, --json, --markdown, --dump, ...), end to end.
+    add_test(NAME ${label}.cli_standard COMMAND bash "${PROJECT_SOURCE_DIR}/tests/common/cli_test.sh"
+             $<TARGET_FILE:tvlab> ${chapter})
+    set_tests_properties(${label}.cli_standard PROPERTIES LABELS "${label};cli")
+  endif()
+
   if(TVLAB_BUILD_TESTS AND EXISTS "${tests}")
     file(GLOB suites CONFIGURE_DEPENDS "${tests}/*suite_test.cpp")
     file(GLOB other_tests CONFIGURE_DEPENDS "${tests}/*_test.cpp")
