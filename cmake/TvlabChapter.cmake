@@ -44,6 +44,7 @@ function(tvlab_add_chapter chapter)
     set_target_properties(bench_${chapter} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/chapters")
     target_link_libraries(bench_${chapter} PRIVATE tvlab_bench tvlab_${chapter}_backends tvlab_exercises_student
                           tvlab_${chapter}_identity tvlab_flags)
+    target_precompile_headers(bench_${chapter} REUSE_FROM tvlab_bench)
   endif()
 
   if(TVLAB_BUILD_TESTS)
