@@ -67,11 +67,13 @@ function(tvlab_add_chapter chapter)
     endif()
     # The suites and helpers compile once and link into both programs.
     add_library(test_${chapter}_suites OBJECT ${suites} ${helpers})
+    set_target_properties(test_${chapter}_suites PROPERTIES TVLAB_TEST_CODE ON)
     target_link_libraries(test_${chapter}_suites PUBLIC tvlab_test_common tvlab_${chapter}_backends
                           tvlab_${chapter}_identity tvlab_flags)
     target_precompile_headers(test_${chapter}_suites REUSE_FROM tvlab_test_common)
 
     add_executable(test_${chapter} $<TARGET_OBJECTS:test_${chapter}_suites> ${other_tests})
+    set_target_properties(test_${chapter} PROPERTIES TVLAB_TEST_CODE ON)
     set_target_properties(test_${chapter} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/tests")
     target_link_libraries(test_${chapter} PRIVATE tvlab_test_main tvlab_test_common tvlab_${chapter}_backends
                           tvlab_exercises_solution tvlab_${chapter}_identity tvlab_flags)
@@ -88,6 +90,7 @@ function(tvlab_add_chapter chapter)
     # NotImplemented until the exercises are solved.
     if(TVLAB_BUILD_EXERCISE_TESTS AND EXISTS "${PROJECT_SOURCE_DIR}/exercises/${chapter}/student.cpp" AND suites)
       add_executable(test_${chapter}_exercises $<TARGET_OBJECTS:test_${chapter}_suites>)
+      set_target_properties(test_${chapter}_exercises PROPERTIES TVLAB_TEST_CODE ON)
       set_target_properties(test_${chapter}_exercises PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/tests")
       target_link_libraries(test_${chapter}_exercises PRIVATE tvlab_exercise_main tvlab_test_common
                             tvlab_${chapter}_backends tvlab_exercises_student tvlab_flags)
