@@ -85,6 +85,42 @@ TEST(Core, compare_reports_worst_index_and_nan) {
   EXPECT_FALSE(compare(wrong_shape, two, {}).ok());
 }
 
+TEST(Core, compare_requires_infinities_and_nan_to_match_exactly) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const float finf = std::numeric_limits<float>::infinity(), fnan = std::numeric_limits<float>::quiet_NaN();
+  const Tolerance loose{1e-3, 1e-3};
+  struct Case {
+    float actual;
+    double expected;
+    bool ok;
+    const char* why;
+  };
+  const Case cases[] = {
+      {-finf, -inf, true, "a masked score -inf matches -inf"},
+      {finf, inf, true, "+inf matches +inf"},
+      {fnan, nan, true, "NaN expected, NaN computed"},
+      {5.0f, -inf, false, "a finite value where -inf is expected (a mask left out)"},
+      {-3.4e38f, -inf, false, "the largest negative float is not -inf"},
+      {finf, -inf, false, "+inf where -inf is expected: the sign matters"},
+      {fnan, -inf, false, "NaN where -inf is expected"},
+      {-finf, nan, false, "-inf where NaN is expected"},
+      {0.0f, nan, false, "a number where NaN is expected"},
+      {finf, 1e30, false, "an overflow where a large finite value is expected"},
+      {fnan, 1.0, false, "NaN where a number is expected"},
+      {1.0005f, 1.0, true, "finite values keep the atol + rtol |ref| rule"},
+  };
+  for (const Case& c : cases) {
+    const Tensor1 actual = {c.actual, 1.0f};
+    const DTensor1 expected = {c.expected, 1.0};
+    const CompareReport report = compare(actual, expected, loose);
+    EXPECT_EQ(report.ok(), c.ok) << c.why << "\n" << report.describe({"i"});
+    if (!c.ok) {
+      EXPECT_EQ(report.mismatches, 1u) << c.why;
+      EXPECT_EQ(report.worst_index, (std::vector<std::size_t>{0})) << c.why;
+    }
+  }
+}
+
 // Round to nearest even, computed from the definition: among the two neighbours in the
 // format, pick the closer; on a tie, the one with an even last bit.
 float round_via_neighbours(float x, int mantissa_bits, int min_exponent) {

@@ -49,17 +49,18 @@ CompareReport compare(const std::vector<std::size_t>& shape, const float* actual
   for (std::size_t i = 0; i < count; ++i) {
     const double x = actual[i];
     const double ref = expected[i];
-    const double err = std::fabs(x - ref);
-    const double allowed = tol.atol + tol.rtol * std::fabs(ref);
-    // A NaN compares false with everything: count it explicitly as a mismatch.
-    const bool bad = !(err <= allowed) && !(x == ref);
-    const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity() : err - allowed;
-    if (!std::isnan(err)) {
-      report.max_abs_error = std::max(report.max_abs_error, err);
-      if (ref != 0.0) report.max_rel_error = std::max(report.max_rel_error, err / std::fabs(ref));
-    } else {
-      report.max_abs_error = std::numeric_limits<double>::quiet_NaN();
-    }
+    // Infinities and NaN are not numbers to be close to: they must match exactly, in kind and
+    // sign (an expected -inf is a masked score; anything else there is a bug, however large).
+    // Otherwise |x - ref| <= atol + rtol |ref|.
+    const bool exact_required = !std::isfinite(x) || !std::isfinite(ref);
+    const bool same_special = (std::isnan(x) && std::isnan(ref)) || x == ref;
+    const double err = exact_required ? (same_special ? 0.0 : std::numeric_limits<double>::infinity())
+                                      : std::fabs(x - ref);
+    const double allowed = exact_required ? 0.0 : tol.atol + tol.rtol * std::fabs(ref);
+    const bool bad = exact_required ? !same_special : !(err <= allowed);
+    const double excess = err - allowed;
+    report.max_abs_error = std::max(report.max_abs_error, err);
+    if (ref != 0.0 && std::isfinite(ref)) report.max_rel_error = std::max(report.max_rel_error, err / std::fabs(ref));
     if (excess > worst_excess) {
       worst_excess = excess;
       worst_flat = i;

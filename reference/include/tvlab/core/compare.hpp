@@ -1,7 +1,10 @@
 #pragma once
 /// @file
 /// Comparing a float result with a double-precision oracle, element by element:
-/// an element passes when \f$ |x - x_{ref}| \le atol + rtol\,|x_{ref}| \f$.
+/// an element passes when \f$ |x - x_{ref}| \le atol + rtol\,|x_{ref}| \f$. Infinities and NaN
+/// are compared exactly: an expected \f$ -\infty \f$ (a masked score) passes only for
+/// \f$ -\infty \f$, an expected NaN only for NaN, and a finite expected value never for a
+/// non-finite one (the rule above would accept anything where \f$ |x_{ref}| = \infty \f$).
 /// The report names the worst element by coordinates, so a failure message can say
 /// "worst at (h=1, i=37, d=5)".
 
