@@ -1,7 +1,9 @@
 // The `tvlab` command: `tvlab list`, `tvlab tour`, and one subcommand per chapter.
 
+#include <algorithm>
 #include <iostream>
 
+#include "common/json_output.hpp"
 #include "common/walkthrough.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/cuda/runtime.hpp"
@@ -12,7 +14,14 @@ namespace tvlab::cli {
 
 namespace {
 
-int list(bool names, bool figures) {
+int list(bool names, bool figures, const GlobalOptions& g) {
+  require(!(names && figures), "list", "--names and --figures are two lists: give one");
+  require(g.format != "markdown", "--format", "markdown is for a chapter's results (tvlab NN --markdown), not the list");
+  if (g.format == "json" && !names && !figures) {
+    print_list_json(std::cout, chapters());
+    return 0;
+  }
+  require(g.format == "text", "--format", "json prints the whole list: leave out --names and --figures");
   if (names) {  // one chapter a line, for scripts
     for (const auto& c : chapters()) std::cout << c.name << "\n";
     return 0;
@@ -29,10 +38,19 @@ int list(bool names, bool figures) {
 
 // Every chapter's documented examples: implementations' agreement, document numbers, errata.
 int tour(const GlobalOptions& g) {
+  require(g.format != "markdown", "--format", "markdown is for a chapter's results (tvlab NN --markdown), not the tour");
+  std::vector<std::pair<std::string, TourReport>> reports;
+  for (const auto& c : chapters()) reports.emplace_back(c.name, c.tour(g));
   bool ok = true;
+  for (const auto& [name, r] : reports) ok = ok && r.all_agree();
+  if (!ok) std::cerr << "tvlab: tour: some implementations disagree with the reference (listed as DISAGREES)\n";
+  if (g.format == "json") {
+    print_tour_json(std::cout, reports);
+    return ok ? 0 : 1;
+  }
   std::cout << "tvlab tour — CUDA: " << cuda::device_description() << "\n";
   for (const auto& c : chapters()) {
-    const TourReport r = c.tour(g);
+    const TourReport& r = std::find_if(reports.begin(), reports.end(), [&](const auto& p) { return p.first == c.name; })->second;
     int agree = 0, skipped = 0, reproduced = 0;
     for (const auto& a : r.agreements) {
       agree += a.ok() && !a.skipped;
@@ -50,7 +68,6 @@ int tour(const GlobalOptions& g) {
     for (const auto& d : r.checks)
       if (!d.agrees) std::cout << "  erratum " << d.source << ": " << d.quantity << ": document \"" << d.document_says
                                << "\", computed " << d.computed << "\n";
-    ok = ok && r.all_agree();
   }
   std::cout << "\n" << (ok ? "all chapters agree" : "SOME IMPLEMENTATIONS DISAGREE") << "\n";
   return ok ? 0 : 1;
@@ -66,7 +83,7 @@ int main(int argc, char** argv) {
                    "an optimized CPU version and a CUDA version, with tests that prove they agree.",
                    global);
   bool list_names = false, list_figures = false;
-  line.subcommand("list", "list the chapters", [&] { return list(list_names, list_figures); })
+  line.subcommand("list", "list the chapters", [&] { return list(list_names, list_figures, global); })
       .flag("--names", list_names, "only the chapters' names, one a line")
       .flag("--figures", list_figures, "the lessons' figures: FILE<tab>COMMAND, made by `tvlab COMMAND --svg FILE`");
   line.subcommand("tour", "run every chapter's documented examples; non-zero exit if any implementation disagrees",

@@ -1,6 +1,8 @@
 // `tvlab 00_attention_basics` (alias `tvlab attention`): scaled dot-product attention step by step,
 // the cost of the n x n matrix, and why the scores are divided by sqrt(d_k).
 
+#include <omp.h>
+
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -9,6 +11,7 @@
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
 #include "../common/mask_options.hpp"
+#include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
@@ -270,6 +273,21 @@ int run(const Options& o, const GlobalOptions& g) {
   require(o.seq_k >= 0, "00_attention_basics", "--seq-k (", o.seq_k, ") must be >= 0 (0 means --seq)");
   const auto heads = static_cast<std::size_t>(o.heads), n_q = static_cast<std::size_t>(o.seq);
   const auto n_k = o.seq_k > 0 ? static_cast<std::size_t>(o.seq_k) : n_q, d = static_cast<std::size_t>(o.head_dim);
+  // What the run will take, before anything is allocated: the inputs, every backend's output, the
+  // optimized versions' score matrix per thread, --step's matrices in double; the loop reference's
+  // two products Q K^T and P V and an exponential per score (and --step's, in double).
+  const std::string seq_option = o.seq_k > 0 && n_k > n_q ? "--seq-k" : "--seq";
+  RunCost cost;
+  cost.memory("the inputs q, k, v", {heads, n_q + 2 * n_k, d}, sizeof(float), seq_option)
+      .memory("every backend's output", {ch00::backends().size(), heads, n_q, d}, sizeof(float), "--seq")
+      .memory("the scores of one head per thread", {static_cast<std::uint64_t>(omp_get_max_threads()), n_q, n_k},
+              sizeof(float), seq_option)
+      .work("the loop reference's scores, exponentials and P V, and the other backends'", {heads, n_q, n_k, 2 * d + kExpCost},
+            seq_option, backends_work_factor(o.backend, ch00::backends().size()));
+  if (o.step || !o.svg.empty())
+    cost.memory("--step's matrices in double", {4, n_q, n_k}, sizeof(double), seq_option)
+        .work("--step's products in double", {2, n_q, n_k, d}, seq_option);
+  cost.require_affordable(g);
   Rng rng(g.seed);
   const Tensor3 q = rng.normal_tensor(heads, n_q, d), k = rng.normal_tensor(heads, n_k, d),
                 v = rng.normal_tensor(heads, n_k, d);

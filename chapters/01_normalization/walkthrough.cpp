@@ -7,6 +7,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
+#include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
@@ -245,6 +246,16 @@ int run(const Options& o, const GlobalOptions& g) {
   const auto tokens = static_cast<std::size_t>(o.tokens), d = static_cast<std::size_t>(o.d_model);
   const std::size_t d_ff = o.d_ff > 0 ? static_cast<std::size_t>(o.d_ff)
                                       : static_cast<std::size_t>(analysis::llama_intermediate_size(o.d_model, 8));
+  // What the run will take, before anything is allocated: the SwiGLU weights (3 d d_ff), the inputs,
+  // each backend's four outputs and the FFN's hidden activations; the loop reference's FFN products.
+  const std::string width_option = o.d_ff > 0 ? "--d-ff" : "--d-model";
+  RunCost cost;
+  cost.memory("the SwiGLU weights W1, W3, W2", {3, d, d_ff}, sizeof(float), width_option)
+      .memory("the inputs and every backend's outputs", {4 * ch01::backends().size() + 1, tokens, d}, sizeof(float),
+              "--tokens")
+      .memory("the FFN's hidden activations", {3, tokens, d_ff}, sizeof(float), "--tokens")
+      .work("the loop reference's FFN products", {3, tokens, d, d_ff}, "--tokens");
+  cost.require_affordable(g);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(tokens, d);
   const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);

@@ -8,6 +8,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
+#include "../common/run_cost.hpp"
 #include "../common/mask_options.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
@@ -401,6 +402,20 @@ int run(const Options& o, const GlobalOptions& g) {
   require_positive(fn, "--block-q", o.block_q);
   require_positive(fn, "--block-k", o.block_k);
   const FlashConfig cfg = flash_config(o);
+  // What the run will take, before anything is allocated: the inputs (and their 16-bit roundings),
+  // every backend's output and log-sum-exp; the loop reference's Q K^T, P V and an exponential per
+  // score (twice with 16-bit inputs: the fp32 run it is compared with).
+  const auto heads = static_cast<std::uint64_t>(o.heads), n = static_cast<std::uint64_t>(o.seq),
+             d = static_cast<std::uint64_t>(o.head_dim);
+  const bool sixteen_bit = cfg.inputs != FlashInputs::fp32;
+  RunCost cost;
+  cost.memory("the inputs q, k, v", {sixteen_bit ? 6u : 3u, heads, n, d}, sizeof(float), "--seq")
+      .memory("every backend's output and log-sum-exp", {ch04::backends().size() + 1, heads, n, d + 1}, sizeof(float),
+              "--seq")
+      .work("the loop reference's scores, exponentials and P V, and the other backends'",
+            {sixteen_bit ? 2u : 1u, heads, n, n, 2 * d + kExpCost}, "--seq",
+            backends_work_factor(o.backend, ch04::backends().size()));
+  cost.require_affordable(g);
   const Inputs in = make_inputs(g.seed, static_cast<std::size_t>(o.heads), static_cast<std::size_t>(o.seq),
                                 static_cast<std::size_t>(o.head_dim));
   const ch04::Backend& reference = reference_backend(ch04::backends());

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "../common/backend_run.hpp"
+#include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/core/error.hpp"
@@ -80,6 +81,14 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   require_positive(TVLAB_CHAPTER_NAME, "--rows", o.rows);
   require_positive(TVLAB_CHAPTER_NAME, "--cols", o.cols);
+  // What the run will take, before anything is allocated (refused with one line naming the option
+  // when it does not fit): the input and every backend's output; the loop reference's work.
+  const auto rows = static_cast<std::uint64_t>(o.rows), cols = static_cast<std::uint64_t>(o.cols);
+  RunCost cost;
+  cost.memory("the input and every backend's output", {example::backends().size() + 1, rows, cols}, sizeof(float),
+              "--cols")
+      .work("the loop reference's exponentials", {rows, cols}, "--cols");
+  cost.require_affordable(g);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols), 0.0, 3.0);
   const auto run_one = [&](const example::Backend& b) -> std::optional<Run> {

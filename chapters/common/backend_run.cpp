@@ -1,11 +1,10 @@
 #include "backend_run.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <iostream>
 
 #include "tvlab/core/error.hpp"
+#include "json_output.hpp"
 #include "walkthrough.hpp"
 
 namespace tvlab::cli {
@@ -34,18 +33,6 @@ double max_abs_error(const std::variant<Tensor1, Tensor2, Tensor3>& a, const std
       },
       a);
 }
-
-nlohmann::json to_json(const JsonFields& fields) {
-  nlohmann::json object = nlohmann::json::object();
-  for (const auto& [key, scalar] : fields) std::visit([&](const auto& v) { object[key] = v; }, scalar.value());
-  return object;
-}
-
-struct Result {
-  std::string name, kind, status, reason, note;
-  nlohmann::json outputs = nlohmann::json::array();
-  JsonFields details;
-};
 
 const Output* find_output(const Run& run, const std::string& name) {
   for (const auto& o : run.outputs)
@@ -81,10 +68,10 @@ int run_backends(const std::vector<RunnableBackend>& backends, const std::string
   if (chosen.empty()) throw_unknown_backend(selection, backend_names(backends));
   const bool named = selection != "all";
 
-  std::vector<Result> results;
+  std::vector<BackendResult> results;
   bool all_agree = true;
   for (const RunnableBackend* b : chosen) {
-    Result r;
+    BackendResult r;
     r.name = b->name;
     r.kind = to_string(b->kind);
     const auto refuse = [&](const std::string& status, const std::string& reason) {
@@ -120,7 +107,7 @@ int run_backends(const std::vector<RunnableBackend>& backends, const std::string
       require(want != nullptr, "run_backends", "the reference has no output named ", out.name);
       const double error = max_abs_error(out.value, want->value);
       agrees = agrees && error <= want->tolerance;
-      r.outputs.push_back({{"name", out.name}, {"max_abs_error_vs_ref", error}, {"tolerance", want->tolerance}});
+      r.outputs.push_back({out.name, error, want->tolerance});
       dump.write(out.name + "_" + b->name, out.value);
     }
     r.status = agrees ? "agrees" : "disagrees";
@@ -130,16 +117,15 @@ int run_backends(const std::vector<RunnableBackend>& backends, const std::string
     results.push_back(r);
   }
 
+  // A non-zero exit status always says why, on stderr (whatever the format on stdout).
+  for (const auto& r : results)
+    for (const auto& o : r.outputs)
+      if (!(o.max_abs_error_vs_ref <= o.tolerance))
+        std::cerr << "tvlab: " << r.name << " disagrees with " << reference->name << " on " << o.name
+                  << ": max |out - ref| = " << sci(o.max_abs_error_vs_ref, 3) << " > tolerance "
+                  << sci(o.tolerance, 3) << "\n";
   if (report.json) {
-    nlohmann::json doc = {{"chapter", report.chapter}, {"seed", report.seed}, {"parameters", to_json(report.parameters)},
-                          {"backends", nlohmann::json::array()}, {"files", dump.files()}};
-    for (const auto& r : results) {
-      nlohmann::json entry = {{"name", r.name}, {"kind", r.kind}, {"status", r.status}, {"outputs", r.outputs}};
-      if (!r.reason.empty()) entry["reason"] = r.reason;
-      if (!r.details.empty()) entry["details"] = to_json(r.details);
-      doc["backends"].push_back(entry);
-    }
-    std::cout << doc.dump(2) << "\n";
+    print_run_json(std::cout, report, results, dump.files());
     return all_agree ? 0 : 1;
   }
   std::cout << "\n" << report.title << " (max |out - ref|)\n";
@@ -150,8 +136,7 @@ int run_backends(const std::vector<RunnableBackend>& backends, const std::string
       continue;
     }
     for (const auto& o : r.outputs)
-      std::cout << (r.outputs.size() > 1 ? "  " + o["name"].get<std::string>() + " " : " ")
-                << sci(o["max_abs_error_vs_ref"].get<double>(), 2);
+      std::cout << (r.outputs.size() > 1 ? "  " + o.name + " " : " ") << sci(o.max_abs_error_vs_ref, 2);
     if (r.status == "disagrees") std::cout << "  DISAGREES";
     if (!r.note.empty()) std::cout << "  (" << r.note << ")";
     std::cout << "\n";

@@ -63,6 +63,10 @@ class CommandLine {
   int run(int argc, char** argv);
 
  private:
+  /// Throws tvlab::Error "unknown chapter or command 'foo': the commands are ..." (CLI11 would say
+  /// "A subcommand is required").
+  void require_known_subcommand(int argc, char** argv) const;
+
   std::unique_ptr<CLI::App> app_;
   GlobalOptions& global_;
   int status_ = 0;

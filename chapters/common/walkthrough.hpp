@@ -18,8 +18,10 @@ namespace tvlab::cli {
 /// Options on the root command, valid before or after the chapter's name.
 struct GlobalOptions {
   std::uint64_t seed = 42;
-  std::string format = "text";  ///< text | markdown | json
-  int threads = 0;              ///< 0 = OpenMP's default
+  std::string format = "text";        ///< text | markdown | json
+  int threads = 0;                    ///< 0 = OpenMP's default
+  std::uint64_t max_memory_bytes = 0;  ///< --max-memory; 0 = the memory available when the run starts
+  double time_limit = 60;             ///< --time-limit: seconds of loop code a run may need (RunCost)
 };
 
 /// One worked number of the documents, recomputed: `agrees` false means an erratum.
@@ -71,6 +73,8 @@ struct StandardOptions {
   bool step = false;      ///< --step
   std::string backend = "all";
   std::string dump;       ///< --dump DIR
+  bool json = false;      ///< --json (checked against --format and --markdown, then folded into it)
+  bool markdown = false;  ///< --markdown
 };
 
 /// One line per entry of a backend registry, for `--backend list`: name, kind, what it needs.

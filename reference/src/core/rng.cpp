@@ -65,12 +65,14 @@ Tensor1 Rng::normal_vector(std::size_t n, double mean, double stddev) {
 }
 
 Tensor2 Rng::normal_matrix(std::size_t rows, std::size_t cols, double mean, double stddev) {
+  checked_element_count("Rng::normal_matrix", {rows, cols});
   Tensor2 t = Tensor2::from_shape({rows, cols});
   for (auto& x : t) x = static_cast<float>(mean + stddev * normal());
   return t;
 }
 
 Tensor3 Rng::normal_tensor(std::size_t a, std::size_t b, std::size_t c, double mean, double stddev) {
+  checked_element_count("Rng::normal_tensor", {a, b, c});
   Tensor3 t = Tensor3::from_shape({a, b, c});
   for (auto& x : t) x = static_cast<float>(mean + stddev * normal());
   return t;

@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tvlab/core/xt.hpp"
@@ -23,6 +25,11 @@ using DTensor1 = xt::xtensor<double, 1>;
 using DTensor2 = xt::xtensor<double, 2>;
 using DTensor3 = xt::xtensor<double, 3>;
 using Mask2 = xt::xtensor<bool, 2>;      ///< boolean mask `[seq_q, seq_k]`, true = may attend
+
+/// The number of elements of a tensor of `shape`. Throws tvlab::Error naming `function` when the
+/// product does not fit in `std::size_t`: xtensor would wrap it around (to 0 for 2^22 x 2^22 x 2^20)
+/// and make a tensor whose buffer is far smaller than its shape.
+std::size_t checked_element_count(std::string_view function, std::initializer_list<std::size_t> shape);
 
 /// Shape of a tensor as a `std::vector`, for messages.
 template <class T>
