@@ -409,7 +409,8 @@ void step_through(const Options& o, const Inputs& in) {
 
   const DTensor1 slopes = ref::alibi_slopes(static_cast<int>(in.q.shape()[0]));
   print_step(out, 5, "ALiBi: head slopes m_h (2^(-8h/n) when n is a power of two) and head 0's causal bias -m_0 (i - j)");
-  print_matrix(out, "m_h", DTensor2(xt::reshape_view(slopes, {std::size_t{1}, slopes.size()})));
+  // Every slope up to 16 heads (the lab computes them all), elided beyond.
+  print_matrix(out, "m_h", DTensor2(xt::reshape_view(slopes, {std::size_t{1}, slopes.size()})), 4, 16);
   const Tensor3 bias = ref::alibi_bias(static_cast<int>(in.q.shape()[0]), static_cast<long long>(seq),
                                        static_cast<long long>(seq), ref::AlibiMode::causal);
   print_matrix(out, "B_0", Tensor2(xt::view(bias, 0, xt::all(), xt::all())));

@@ -21,8 +21,9 @@ namespace tvlab {
 ///   (`torch.nn.attention.bias.causal_upper_left`): with \f$ n_q < n_k \f$ the last keys are
 ///   hidden from every query.
 /// - `bottom_right`: \f$ i' = i + (n_k - n_q) \f$: the queries are the last \f$ n_q \f$ of the
-///   \f$ n_k \f$ positions, as with a KV cache. FlashAttention's `causal=True` ("the causal mask
-///   is aligned to the bottom right corner of the attention matrix", `flash_attn_func`), its
+///   \f$ n_k \f$ positions, as with a KV cache. FlashAttention's `causal=True` since version 2.1 ("the causal
+///   mask is aligned to the bottom right corner of the attention matrix", `flash_attn_func`;
+///   2.0 aligned it top-left), its
 ///   `window_size` and `alibi_slopes`, and PyTorch's `causal_lower_right`.
 ///
 /// With \f$ n_q = n_k \f$ the two agree.
