@@ -46,7 +46,8 @@ def run_program(program: pathlib.Path):
         for test in suite["testsuite"]:
             tests.append({
                 "name": f"{suite['name']}.{test['name']}",
-                "exercise": test.get("exercise"),
+                # "01.1" or "01.1, 01.2" (a test that calls two exercises' functions)
+                "exercises": test["exercise"].split(", ") if "exercise" in test else [],
                 "failures": [f.get("failure", "") for f in test.get("failures", [])],
                 "skipped": test.get("result") == "SKIPPED" or test.get("status") == "NOTRUN",
             })
@@ -71,10 +72,9 @@ def check(build: pathlib.Path) -> int:
         for test in tests:
             total += 1
             name = f"{program.name}: {test['name']}"
-            if test["exercise"] is None:
+            if not test["exercises"]:
                 problems.append(f"{name}: names no exercise (TVLAB_EXERCISE(impl, \"NN.M\") as its first line)")
-            else:
-                graded.add(test["exercise"])
+            graded.update(test["exercises"])
             if test["skipped"]:
                 problems.append(f"{name}: skipped")
             elif not test["failures"]:
@@ -112,7 +112,8 @@ def summary(build: pathlib.Path, selection: str) -> int:
             continue
         by_exercise = {}
         for test in tests:
-            by_exercise.setdefault(test["exercise"] or "??", []).append(test)
+            for exercise in test["exercises"] or ["??"]:
+                by_exercise.setdefault(exercise, []).append(test)
         for exercise in sorted(by_exercise):
             if selection and "." in selection and exercise != selection:
                 continue

@@ -60,7 +60,7 @@ template <class A, class E>
 /// True in an exercise program (tests/common/exercise_main.cpp), false in a chapter's test program.
 bool exercise_program();
 
-/// Names the exercise a test grades, when the backend under test is the student's: every failure
+/// Names the exercise a test grades ("01.1", or "01.1, 01.2" for a test that calls both), when the backend under test is the student's: every failure
 /// in the test then ends with "exercise NN.M (exercises/<chapter>/exercises.md; your code:
 /// .../student.cpp)", and the test's JSON report records `"exercise": "NN.M"`, from which
 /// `scripts/check_exercises.py --summary` (run by `make exercises`) tells which exercises are
