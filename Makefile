@@ -6,7 +6,12 @@
 #   make docs      Doxygen HTML in build/default/docs/html/index.html
 #   make bench     run every chapter's benchmarks
 #   make results   regenerate chapters/*/results.md
-#   make exercises build and run the exercise tests over exercises/*/student.cpp (they fail until solved)
+#   make exercises build and run the exercise tests over exercises/*/student.cpp (they fail until
+#                  solved), then list which exercises are solved; EXERCISE=00 for one chapter
+#   make reset-exercise EXERCISE=00.2  one exercise back to its stub (EXERCISE=00: a whole chapter),
+#                  the replaced student.cpp kept as student.cpp.<date-time>.bak
+#   make student-stubs  regenerate the stubs after editing a solution.cpp (refuses a student.cpp
+#                  that holds edits; FORCE=1 overwrites it, keeping a backup)
 #   make check-template  a copy of chapters/_template builds and runs as a chapter
 #   make sanitize  the debug preset (AddressSanitizer + UBSan): builds the test programs only, runs them
 
@@ -22,7 +27,7 @@ BUILD := build/default
 TVLAB := $(BUILD)/chapters/tvlab
 CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))
 
-.PHONY: deps configure build tour test docs bench results check-results student-stubs exercises check-exercises check-template sanitize clean
+.PHONY: deps configure build tour test docs bench results check-results student-stubs reset-exercise exercises check-exercises check-template sanitize clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -71,10 +76,18 @@ check-results: build
 	@echo "figures are up to date"
 
 student-stubs:
-	python3 scripts/make_student.py
+	python3 scripts/make_student.py $(if $(FORCE),--force)
 
+reset-exercise:
+	@test -n "$(EXERCISE)" || { echo "usage: make reset-exercise EXERCISE=00.2 (one exercise) or EXERCISE=00 (a chapter)"; exit 2; }
+	python3 scripts/make_student.py --reset $(EXERCISE)
+
+# The exercise tests print each failure in full (the preset's output-on-failure), then the summary
+# of which exercises are solved; the exit status is ctest's: non-zero while any test fails.
+EXERCISE_LABEL = $(if $(EXERCISE),-L '^exercise-$(firstword $(subst ., ,$(EXERCISE)))$$')
 exercises: build
-	ctest --preset exercises -j $(JOBS)
+	@status=0; ctest --preset exercises -j $(JOBS) $(EXERCISE_LABEL) || status=$$?; \
+	  python3 scripts/check_exercises.py --summary $(BUILD) $(EXERCISE) || status=1; exit $$status
 
 check-exercises: build
 	python3 scripts/make_student.py --check

@@ -45,8 +45,32 @@ struct SoftmaxCase {
 
 class SoftmaxCases : public ::testing::TestWithParam<std::tuple<Backend, SoftmaxCase>> {};
 
+// The formula, and the mistake each case is there to catch.
+std::string softmax_hint(const SoftmaxCase& c) {
+  std::string hint = "$y_{ij} = e^{x_{ij} - m_i} / \\sum_k e^{x_{ik} - m_i}$ with $m_i = \\max_k x_{ik}$, the sum in double";
+  if (c.magnitude >= 100)
+    hint += "; logits of magnitude 1e4 overflow exp unless the row maximum $m_i$ is subtracted first";
+  if (c.masked_per_row == static_cast<int>(c.cols))
+    hint += "; every entry of these rows is -inf: $m_i = -\\infty$, and the row must come out as zeros, not NaN";
+  else if (c.masked_per_row > 0)
+    hint += "; a -inf entry gets weight $e^{-\\infty} = 0$";
+  return hint;
+}
+
+// The worst element's own numbers: the row maximum and the expected weight.
+std::string softmax_hint_at(const Tensor2& x, const std::vector<std::size_t>& at) {
+  const std::size_t i = at[0], j = at[1];
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < x.shape(1); ++k) m = std::max(m, static_cast<double>(x(i, k)));
+  std::ostringstream out;
+  out << "row " << i << ", col " << j << ": x = " << x(i, j) << ", row maximum $m_" << i << "$ = " << m;
+  if (m == -std::numeric_limits<double>::infinity()) out << " (the whole row is -inf: every output 0)";
+  return out.str();
+}
+
 TEST_P(SoftmaxCases, matches_oracle) {
   const auto& [impl, c] = GetParam();
+  TVLAB_EXERCISE(impl, "00.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const unsigned long long seed = 1000 + c.rows * 31 + c.cols;
   Rng rng(seed);
@@ -61,7 +85,7 @@ TEST_P(SoftmaxCases, matches_oracle) {
   EXPECT_TRUE(matches(y, softmax_oracle(x), tol,
                       {std::string("softmax, ") + c.label, {"row", "col"}, seed,
                        "tvlab 00_attention_basics --step --backend " + impl.name,
-                       "subtract the row maximum before exp, and give -inf entries weight 0"}));
+                       softmax_hint(c), [&x](const std::vector<std::size_t>& at) { return softmax_hint_at(x, at); }}));
 }
 
 void PrintTo(const SoftmaxCase& c, std::ostream* out) { *out << c.label; }
@@ -82,6 +106,7 @@ INSTANTIATE_TEST_SUITE_P(Ch00, SoftmaxCases,
 
 TEST_P(Softmax, shift_invariant_and_sums_to_one) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "00.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // Small integers: x + 1000 is exact in float, so softmax(x + 1000) must equal softmax(x).
   Tensor2 x = Tensor2::from_shape({4, 37});
@@ -90,35 +115,42 @@ TEST_P(Softmax, shift_invariant_and_sums_to_one) {
   const Tensor2 shifted = x + 1000.0f;
   const Tensor2 a = impl.softmax(x), b = impl.softmax(shifted);
   EXPECT_TRUE(matches(b, xt::eval(xt::cast<double>(a)), {1e-7, 4 * FLT_EPSILON},
-                      {"softmax(x + 1000) vs softmax(x)", {"row", "col"}, 5, "", "subtract the row maximum"}));
+                      {"softmax(x + 1000) vs softmax(x), 4 x 37 integer logits in [-20, 20)", {"row", "col"}, 5, "",
+                       "$\\mathrm{softmax}(x + c) = \\mathrm{softmax}(x)$ exactly when $x - \\max_k x_k$ is formed "
+                       "first (here every $x + 1000$ is exact in float); exp of x + 1000 directly overflows"}));
   for (std::size_t i = 0; i < 4; ++i) {
     double sum = 0.0;
     for (std::size_t j = 0; j < 37; ++j) sum += a(i, j);
-    EXPECT_NEAR(sum, 1.0, 37 * FLT_EPSILON) << "row " << i << " of softmax does not sum to 1";
+    EXPECT_NEAR(sum, 1.0, 37 * FLT_EPSILON) << "softmax of a 4 x 37 input: row " << i << " sums to " << sum
+                                              << ", not 1: divide every $e^{x_{ij} - m_i}$ by the row's sum";
   }
 }
 
 TEST_P(Softmax, rejects_nan_plus_infinity_and_empty_input) {
   const Backend& impl = GetParam();
-  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(Tensor2(xt::zeros<float>({0, 3}))); }, {"softmax", "x", "empty"}));
+  TVLAB_EXERCISE(impl, "00.1");
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(Tensor2(xt::zeros<float>({0, 3}))); }, {"softmax", "x", "empty"}))
+      << "x of shape [0, 3] (no rows): require_nonempty";
   Tensor2 x = xt::zeros<float>({2, 3});
   x(1, 2) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x"})) << "x [2, 3] with NaN at (1, 2)";
   x(1, 2) = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x", "inf"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(x); }, {"softmax", "x", "inf"}))
+      << "x [2, 3] with +inf at (1, 2): only -inf (a masked entry) is allowed";
   // Wide rows, bad value early (column 3): it goes through the SIMD loops, not the scalar tail.
   Tensor2 wide = xt::zeros<float>({2, 40});
   wide(1, 3) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(wide); }, {"softmax", "x", "nan"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(wide); }, {"softmax", "x", "nan"})) << "x [2, 40] with NaN at (1, 3)";
   wide(1, 3) = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(wide); }, {"softmax", "x", "inf"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.softmax(wide); }, {"softmax", "x", "inf"})) << "x [2, 40] with +inf at (1, 3)";
   // A NaN among -inf entries (in the SIMD part and in the tail): the maximum may come out as
   // -inf, as for a fully masked row.
   for (std::size_t column : {3, 37}) {
     Tensor2 masked_nan = Tensor2::from_shape({1, 40});
     masked_nan.fill(kNegInf);
     masked_nan(0, column) = std::numeric_limits<float>::quiet_NaN();
-    EXPECT_TRUE(throws_error_naming([&] { impl.softmax(masked_nan); }, {"softmax", "x", "nan"})) << "column " << column;
+    EXPECT_TRUE(throws_error_naming([&] { impl.softmax(masked_nan); }, {"softmax", "x", "nan"}))
+        << "x [1, 40] all -inf but a NaN at column " << column << ": the maximum can be -inf, the NaN must still be reported";
   }
 }
 
@@ -165,8 +197,50 @@ AttentionConfig make_config(const AttentionCase& c, Rng& rng) {
 
 class AttentionCases : public ::testing::TestWithParam<std::tuple<Backend, AttentionCase>> {};
 
+// The formula, and what the case's mask adds to it.
+std::string attention_hint(const AttentionCase& c) {
+  std::string hint = "$o_{hi} = \\sum_j p_{hij} v_{hj}$, $p_{hij} = \\mathrm{softmax}_j(s_{hij})$, "
+                     "$s_{hij} = q_{hi} \\cdot k_{hj} / \\sqrt{d_k}$ (d_k = " + std::to_string(c.head_dim) + ")";
+  switch (c.mask) {
+    case MaskKind::none:
+      if (c.magnitude > 1) hint += "; scores reach hundreds here: subtract each row's maximum score before exp";
+      if (c.seq_q != c.seq_k || c.head_dim != c.head_dim_v)
+        hint += "; seq_q != seq_k and d_v != d_k: loop i over q's rows, j over k's, d over v's columns";
+      break;
+    case MaskKind::causal:
+      hint += "; causal: query i sees key j only when $j \\le i + (\\text{seq\\_k} - \\text{seq\\_q})$ "
+              "(cfg.mask.allows(i, j, seq_q, seq_k))";
+      break;
+    case MaskKind::boolean_with_empty_row:
+      hint += "; boolean mask: key j counts only where cfg.mask.allows(i, j, seq_q, seq_k); query " +
+              std::to_string(c.seq_q / 2) + " may see no key at all and must give output 0, not NaN";
+      break;
+    case MaskKind::additive_with_neg_inf:
+      hint += "; additive mask: add cfg.mask.score_bias(h, i, j, seq_q, seq_k) to $s_{hij}$ after scaling; "
+              "a -inf bias gives key j weight 0";
+      break;
+  }
+  return hint;
+}
+
+// For the worst query: the keys it may see under the case's mask.
+std::string attention_hint_at(const AttentionCase& c, const std::vector<std::size_t>& at) {
+  const std::size_t i = at[1];
+  std::ostringstream out;
+  out << "h " << at[0] << ", query i = " << i << ", output column d = " << at[2];
+  if (c.mask == MaskKind::causal) {
+    const std::size_t last = i + (c.seq_k - c.seq_q);
+    out << ": it sees keys j = 0.." << last << " (i + seq_k - seq_q = " << i << " + " << c.seq_k << " - " << c.seq_q
+        << ")";
+  } else if (c.mask == MaskKind::boolean_with_empty_row && i == c.seq_q / 2) {
+    out << ": the fully masked row, whose output must be 0";
+  }
+  return out.str();
+}
+
 TEST_P(AttentionCases, matches_oracle) {
   const auto& [impl, c] = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const unsigned long long seed = 7 + c.seq_q * 131 + c.head_dim;
   Rng rng(seed);
@@ -190,9 +264,8 @@ TEST_P(AttentionCases, matches_oracle) {
         << impl.name;
   EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), tol,
                       {std::string("scaled_dot_product_attention, ") + c.label + ", " + mask_name(c.mask),
-                       {"h", "i", "d"}, seed, explore.str(),
-                       c.mask == MaskKind::causal ? "query i may see keys j <= i + (seq_k - seq_q)"
-                                                  : "scale the scores by 1/sqrt(head_dim) before the softmax"}));
+                       {"h", "i", "d"}, seed, explore.str(), attention_hint(c),
+                       [&c](const std::vector<std::size_t>& at) { return attention_hint_at(c, at); }}));
   if (c.mask == MaskKind::boolean_with_empty_row) {
     for (std::size_t h = 0; h < c.heads; ++h)
       for (std::size_t d = 0; d < c.head_dim_v; ++d)
@@ -256,12 +329,49 @@ AttentionMask make_mask(const MaskCase& c, Rng& rng) {
 
 void PrintTo(const MaskCase& c, std::ostream* out) { *out << c.label; }
 
+// The rule of each part of the case's mask (every part applies: a key must pass them all).
+std::string mask_hint(const MaskCase& c) {
+  std::string hint = c.align == CausalAlign::top_left
+                         ? "query i sits at position $i' = i$ (top_left)"
+                         : "query i sits at position $i' = i + \\text{seq\\_k} - \\text{seq\\_q}$ (bottom_right)";
+  if (c.causal) hint += "; causal: key j allowed when $j \\le i'$";
+  if (c.window)
+    hint += "; window {left " + std::to_string(c.window->left) + ", right " + std::to_string(c.window->right) +
+            "}: key j allowed when $i' - \\text{left} \\le j \\le i' + \\text{right}$";
+  if (c.boolean) hint += "; boolean mask: key j allowed where mask.allowed(i, j)";
+  if (c.bias) hint += "; additive bias: $s_{hij}$ += bias(i, j), and -inf removes the key";
+  if (c.alibi) hint += "; ALiBi: $s_{hij}$ += $-m_h\\,|i' - j|$ with slope $m_h = 2^{-(h+1)}$ here";
+  return hint + "; a query that sees no key gives output 0";
+}
+
+// For the worst query: its position and the range of keys the causal rule and the window leave it.
+std::string mask_hint_at(const MaskCase& c, const std::vector<std::size_t>& at) {
+  const long long i = static_cast<long long>(at[1]);
+  const long long shift = c.align == CausalAlign::top_left ? 0 : static_cast<long long>(c.seq_k) - static_cast<long long>(c.seq_q);
+  const long long position = i + shift;
+  long long first = 0, last = static_cast<long long>(c.seq_k) - 1;
+  if (c.causal) last = std::min(last, position);
+  if (c.window) {
+    first = std::max(first, position - c.window->left);
+    last = std::min(last, position + c.window->right);
+  }
+  std::ostringstream out;
+  out << "h " << at[0] << ", query i = " << i << " at position i' = " << position;
+  if (first > last)
+    out << ": no key passes the causal rule and the window, so its output must be 0";
+  else
+    out << ": the causal rule and the window leave keys j = " << first << ".." << last
+        << (c.boolean ? " (then the boolean mask)" : "");
+  return out.str();
+}
+
 class MaskCases : public ::testing::TestWithParam<std::tuple<Backend, MaskCase>> {};
 
 // Every backend either computes what the oracle computes from the mask's definition, or refuses
 // the part it does not implement with a tvlab::Error naming it (its mask_support).
 TEST_P(MaskCases, matches_the_oracle_or_refuses_the_part_naming_it) {
   const auto& [impl, c] = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   const unsigned long long seed = 500 + c.seq_q * 37 + c.seq_k;
   Rng rng(seed);
   const Tensor3 q = rng.normal_tensor(c.heads, c.seq_q, c.head_dim), k = rng.normal_tensor(c.heads, c.seq_k, c.head_dim);
@@ -282,8 +392,7 @@ TEST_P(MaskCases, matches_the_oracle_or_refuses_the_part_naming_it) {
   const double atol = attention_tolerance(c.head_dim, c.seq_k, score_magnitude(q, k, cfg), xt::amax(xt::abs(v))());
   EXPECT_TRUE(matches(out, sdpa_oracle(q, k, v, cfg), {atol, rtol},
                       {std::string("scaled_dot_product_attention, ") + c.label, {"h", "i", "d"}, seed, "",
-                       "query i sits at i' = i (top_left) or i + seq_k - seq_q (bottom_right); the window keeps "
-                       "i' - left <= j <= i' + right"}));
+                       mask_hint(c), [&c](const std::vector<std::size_t>& at) { return mask_hint_at(c, at); }}));
   // A row that sees no key gives exactly 0.
   for (std::size_t h = 0; h < c.heads; ++h) {
     const DTensor2 scores = masked_scores_oracle(q, k, cfg, h);
@@ -324,6 +433,7 @@ INSTANTIATE_TEST_SUITE_P(Ch00, MaskCases,
 
 TEST_P(Attention, a_window_as_wide_as_the_keys_changes_nothing_and_a_zero_window_copies_the_diagonal) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   if (!impl.caps.masks.window) GTEST_SKIP() << impl.name << " implements no sliding window (MaskCases tests its error)";
   Rng rng(14);
@@ -338,11 +448,14 @@ TEST_P(Attention, a_window_as_wide_as_the_keys_changes_nothing_and_a_zero_window
   const Tensor3 out = impl.sdpa(q, k, v, diagonal);
   for (std::size_t h = 0; h < 2; ++h)
     for (std::size_t i = 0; i < 6; ++i)
-      for (std::size_t d = 0; d < 3; ++d) EXPECT_NEAR(out(h, i, d), v(h, i, d), 1e-6) << "h " << h << ", i " << i;
+      for (std::size_t d = 0; d < 3; ++d) EXPECT_NEAR(out(h, i, d), v(h, i, d), 1e-6)
+            << "window {0, 0}: query i sees key i alone (weight 1), so out(h, i, :) = v(h, i, :); h=" << h << ", i=" << i
+            << ", d=" << d;
 }
 
 TEST_P(Attention, first_causal_row_copies_the_first_value) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(11);
   const Tensor3 q = rng.normal_tensor(2, 6, 4), k = rng.normal_tensor(2, 6, 4), v = rng.normal_tensor(2, 6, 3);
@@ -357,6 +470,7 @@ TEST_P(Attention, first_causal_row_copies_the_first_value) {
 
 TEST_P(Attention, permuting_keys_and_values_together_changes_nothing) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(12);
   const Tensor3 q = rng.normal_tensor(2, 9, 8), k = rng.normal_tensor(2, 11, 8), v = rng.normal_tensor(2, 11, 8);
@@ -374,6 +488,7 @@ TEST_P(Attention, permuting_keys_and_values_together_changes_nothing) {
 
 TEST_P(Attention, zero_queries_average_the_values) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(13);
   const Tensor3 q = xt::zeros<float>({1, 3, 4}), k = rng.normal_tensor(1, 5, 4), v = rng.normal_tensor(1, 5, 2);
@@ -383,52 +498,64 @@ TEST_P(Attention, zero_queries_average_the_values) {
     for (std::size_t d = 0; d < 2; ++d) {
       double mean = 0.0;
       for (std::size_t j = 0; j < 5; ++j) mean += v(0, j, d) / 5.0;
-      EXPECT_NEAR(out(0, i, d), mean, 1e-6);
+      EXPECT_NEAR(out(0, i, d), mean, 1e-6) << "q = 0: every score is 0, every weight 1/5, so out(0, " << i << ", " << d
+                                            << ") is the mean of v(0, :, " << d << ")";
     }
 }
 
 TEST_P(Attention, rejects_bad_input_naming_the_parameter) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "00.2");
   const Tensor3 q = xt::ones<float>({2, 4, 8}), k = xt::ones<float>({2, 5, 8}), v = xt::ones<float>({2, 5, 6});
   const char* fn = "scaled_dot_product_attention";
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({3, 5, 8})), v, {}); }, {fn, "k", "heads"}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({2, 5, 7})), v, {}); }, {fn, "k", "head_dim"}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, Tensor3(xt::ones<float>({2, 4, 6})), {}); }, {fn, "v", "seq"}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(Tensor3(xt::ones<float>({2, 0, 8})), k, v, {}); }, {fn, "q", "empty"}));
+  // Every case below: start with validate_attention(...), whose messages these are.
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({3, 5, 8})), v, {}); }, {fn, "k", "heads"}))
+      << "q [2, 4, 8], k [3, 5, 8]: different head counts";
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, Tensor3(xt::ones<float>({2, 5, 7})), v, {}); }, {fn, "k", "head_dim"}))
+      << "q [2, 4, 8], k [2, 5, 7]: different head_dim";
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, Tensor3(xt::ones<float>({2, 4, 6})), {}); }, {fn, "v", "seq"}))
+      << "k [2, 5, 8], v [2, 4, 6]: v must have seq_k = 5 rows";
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(Tensor3(xt::ones<float>({2, 0, 8})), k, v, {}); }, {fn, "q", "empty"}))
+      << "q [2, 0, 8]: empty";
   Tensor3 bad_k = k;
   bad_k(1, 2, 3) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, bad_k, v, {}); }, {fn, "k", "non-finite"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, bad_k, v, {}); }, {fn, "k", "non-finite"})) << "k with NaN at (1, 2, 3)";
   AttentionConfig cfg;
   cfg.mask.allowed = Mask2(xt::ones<bool>({4, 4}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.allowed", "[4, 5]"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.allowed", "[4, 5]"}))
+      << "mask.allowed [4, 4] for seq_q 4, seq_k 5";
   cfg = {};
   cfg.mask.bias = Tensor2(xt::zeros<float>({4, 5}));
   (*cfg.mask.bias)(0, 0) = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.bias"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.bias"})) << "mask.bias with +inf at (0, 0)";
   cfg = {};
   cfg.scale = 0.0;
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"})) << "cfg.scale = 0";
   cfg.scale = 1e39;  // beyond float
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scale"})) << "cfg.scale = 1e39";
   cfg = {};
   cfg.mask.causal = true;
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(k, q, q, cfg); }, {fn, "causal", "seq_q"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(k, q, q, cfg); }, {fn, "causal", "seq_q"}))
+      << "causal with seq_q 5 > seq_k 4 (bottom_right): the first queries would see no key";
   cfg = {};
   cfg.mask.window = SlidingWindow{-1, 0};
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.window.left", ">= 0"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "mask.window.left", ">= 0"})) << "window {left -1, right 0}";
   // Finite, but q . k would overflow float: every backend computes scores in float.
   const Tensor3 huge = q * 1e19f;
   const Tensor3 v4 = xt::ones<float>({2, 4, 6});
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, {}); }, {fn, "q and k", "too large"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, {}); }, {fn, "q and k", "too large"}))
+      << "q = k = 1e19: q . k = 8e38 overflows float";
   // A tiny scale does not help: q . k is formed in float before it is scaled.
   cfg = {};
   cfg.scale = 1e-20;
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, cfg); }, {fn, "q and k", "too large"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(huge, huge, v4, cfg); }, {fn, "q and k", "too large"}))
+      << "q = k = 1e19 with cfg.scale = 1e-20";
   // Finite scores plus a finite but huge bias overflow too.
   cfg = {};
   cfg.mask.bias = Tensor2(xt::zeros<float>({4, 5}));
   (*cfg.mask.bias)(2, 1) = std::numeric_limits<float>::max();
-  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "mask.bias"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.sdpa(q, k, v, cfg); }, {fn, "scores could reach", "mask.bias"}))
+      << "mask.bias(2, 1) = FLT_MAX";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch00, Attention, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sdpa)),

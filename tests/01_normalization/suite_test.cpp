@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
@@ -89,6 +90,17 @@ std::string explore_command(const Backend& impl, const NormData& d, const NormCa
 }
 
 class LayerNormCases : public ::testing::TestWithParam<std::tuple<Backend, NormCase>> {};
+
+// The worst row's RMS, in double: what a student can print from their own code to compare.
+std::string rms_hint_at(const NormData& d, const std::vector<std::size_t>& at, double eps) {
+  const std::size_t t = at[0], n = d.x.shape()[1];
+  double ms = 0.0;
+  for (std::size_t k = 0; k < n; ++k) ms += static_cast<double>(d.x(t, k)) * d.x(t, k) / static_cast<double>(n);
+  std::ostringstream out;
+  out << "row t = " << t << ": $\\tfrac1d \\sum_k x_{tk}^2$ = " << ms << ", $r_t$ = " << std::sqrt(ms + eps);
+  if (at.size() > 1) out << "; column j = " << at[1] << ": x = " << d.x(t, at[1]) << ", gamma = " << d.gamma(at[1]);
+  return out.str();
+}
 class RmsNormCases : public ::testing::TestWithParam<std::tuple<Backend, NormCase>> {};
 
 TEST_P(LayerNormCases, forward_matches_oracle) {
@@ -104,12 +116,15 @@ TEST_P(LayerNormCases, forward_matches_oracle) {
 
 TEST_P(RmsNormCases, forward_matches_oracle) {
   const auto& [impl, c] = GetParam();
+  TVLAB_EXERCISE(impl, "01.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const NormData d = make_norm_data(c);
   const DTensor2 expected = norm_oracle(to_double(d.x), to_double(d.gamma), nullptr, 1e-6);
   EXPECT_TRUE(matches(impl.rms_norm(d.x, d.gamma, 1e-6), expected, norm_tolerance(d, false),
-                      {std::string("rms_norm, ") + c.label, {"t", "j"}, d.seed, explore_command(impl, d, c),
-                       "r = sqrt(mean(x^2) + eps): no mean subtraction, eps inside the sqrt"}));
+                      {std::string("rms_norm, ") + c.label + ", eps 1e-6", {"t", "j"}, d.seed, explore_command(impl, d, c),
+                       "$y_{tj} = \\gamma_j\\,x_{tj} / r_t$ with $r_t = \\sqrt{\\tfrac1d \\sum_k x_{tk}^2 + \\epsilon}$: "
+                       "no mean subtraction, $\\epsilon$ inside the square root, the sum in double",
+                       [&d](const std::vector<std::size_t>& at) { return rms_hint_at(d, at, 1e-6); }}));
 }
 
 // Backward tolerance: dx = (g - mean(g) - xhat mean(g xhat)) / sigma; the same conditioning as the
@@ -152,15 +167,23 @@ TEST_P(LayerNormCases, backward_matches_finite_differences) {
 
 TEST_P(RmsNormCases, backward_matches_finite_differences) {
   const auto& [impl, c] = GetParam();
+  TVLAB_EXERCISE(impl, "01.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const NormData d = make_norm_data(c);
   const RmsNormGrads g = impl.rms_norm_backward(d.x, d.gamma, d.dy, 1e-6);
   const NumericGrads fd = norm_finite_differences(d.x, d.gamma, nullptr, d.dy, 1e-6);
   const std::string what = std::string("rms_norm_backward, ") + c.label;
-  EXPECT_TRUE(matches(g.dx, fd.dx, dx_tolerance(d, false, 1e-6), {what + ": dx", {"t", "j"}, d.seed, explore_command(impl, d, c),
-                      "dx = (gamma * dy - xhat * mean(gamma * dy * xhat)) / r"}));
-  EXPECT_TRUE(matches(g.dgamma, fd.dgamma, param_grad_tolerance(d, false), {what + ": dgamma", {"j"}, d.seed, "",
-                      "dgamma sums dy * x / r over all rows"}));
+  EXPECT_TRUE(matches(g.dx, fd.dx, dx_tolerance(d, false, 1e-6),
+                      {what + ": dx against central finite differences of the loss sum(dy * y)", {"t", "j"}, d.seed,
+                       explore_command(impl, d, c),
+                       "$dx_{tj} = (\\gamma_j\\,dy_{tj} - \\hat x_{tj}\\,\\tfrac1d \\sum_k \\gamma_k\\,dy_{tk}\\,"
+                       "\\hat x_{tk}) / r_t$ with $\\hat x = x / r_t$, $r_t = \\sqrt{\\tfrac1d \\sum_k x_{tk}^2 + "
+                       "\\epsilon}$: the second term is the path through $r_t$, which every $x_{tk}$ of the row changes",
+                       [&d](const std::vector<std::size_t>& at) { return rms_hint_at(d, at, 1e-6); }}));
+  EXPECT_TRUE(matches(g.dgamma, fd.dgamma, param_grad_tolerance(d, false),
+                      {what + ": dgamma against central finite differences", {"j"}, d.seed, "",
+                       "$d\\gamma_j = \\sum_t dy_{tj}\\,x_{tj} / r_t$, summed over every row t (" +
+                           std::to_string(c.rows) + " rows here)"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch01, LayerNormCases,
@@ -180,6 +203,7 @@ class RmsNorm : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(RmsNorm, rms_of_the_output_is_below_one_by_eps) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // With gamma = 1, RMS(y) = sqrt(ms / (ms + eps)) exactly — 1 only when ms >> eps.
   const Tensor2 x = {{1e-3f, -2e-3f, 3e-3f, 5e-4f}};
@@ -191,8 +215,11 @@ TEST_P(RmsNorm, rms_of_the_output_is_below_one_by_eps) {
     ms += static_cast<double>(x(0, j)) * x(0, j) / 4;
     ms_y += static_cast<double>(y(0, j)) * y(0, j) / 4;
   }
-  EXPECT_NEAR(std::sqrt(ms_y), std::sqrt(ms / (ms + eps)), 1e-6);
-  EXPECT_LT(std::sqrt(ms_y), 0.6) << "eps dominates for tiny inputs";
+  EXPECT_NEAR(std::sqrt(ms_y), std::sqrt(ms / (ms + eps)), 1e-6)
+      << "rms_norm of one row with |x| ~ 1e-3, gamma 1, eps 1e-5: RMS(y) = $\\sqrt{ms / (ms + \\epsilon)}$ with "
+      << "ms = $\\tfrac1d \\sum x^2$ = " << ms << ": $\\epsilon$ goes inside the square root";
+  EXPECT_LT(std::sqrt(ms_y), 0.6) << "rms_norm of a row with |x| ~ 1e-3, eps 1e-5: eps dominates the mean square, so "
+                                     "the output stays small (RMS(y) = " << std::sqrt(ms_y) << ")";
 }
 
 TEST_P(LayerNorm, equals_rms_norm_on_zero_mean_rows) {
@@ -223,12 +250,14 @@ TEST_P(LayerNorm, ignores_a_shift_of_the_row) {
 
 TEST_P(RmsNorm, ignores_a_scale_of_the_row_when_eps_is_zero) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = {{1, 2, 3, 4, 6}, {-1, 0, 5, 2, 2}};
   const Tensor1 gamma = xt::ones<float>({5});
   const Tensor2 scaled = x * 4.0f;  // a power of two: exact, and so is every step after it
   EXPECT_TRUE(matches(impl.rms_norm(scaled, gamma, 0.0), xt::eval(xt::cast<double>(impl.rms_norm(x, gamma, 0.0))),
-                      {1e-6, 1e-6}, {"rms_norm(4x) vs rms_norm(x), eps = 0", {"t", "j"}, 0, "", ""}));
+                      {1e-6, 1e-6}, {"rms_norm(4x) vs rms_norm(x), eps = 0, 2 rows of 5", {"t", "j"}, 0, "",
+                                     "with $\\epsilon = 0$, $4x / r(4x) = x / r(x)$: RMSNorm must not depend on the row's scale"}));
 }
 
 // |x| ~ 1e20: squares overflow float (max 3.4e38), yet the normalised row is well defined.
@@ -248,18 +277,19 @@ TEST_P(LayerNorm, handles_values_whose_squares_overflow_float) {
   EXPECT_TRUE(matches(impl.layer_norm(x, gamma, beta, 1e-5), norm_oracle(to_double(x), to_double(gamma), &beta_d, 1e-5),
                       {1e-5, reduction_rtol(37)},
                       {"layer_norm of rows with |x| ~ 1e20", {"t", "j"}, 23, "",
-                       "sum of squares overflows float: accumulate in double, or redo such rows in double"}));
+                       "$x^2 \\approx 10^{40}$ overflows float (max 3.4e38): square and sum in double"}));
 }
 
 TEST_P(RmsNorm, handles_values_whose_squares_overflow_float) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   const Tensor2 x = huge_rows();
   const Tensor1 gamma = xt::ones<float>({37});
   EXPECT_TRUE(matches(impl.rms_norm(x, gamma, 1e-6), norm_oracle(to_double(x), to_double(gamma), nullptr, 1e-6),
                       {1e-5, reduction_rtol(37)},
                       {"rms_norm of rows with |x| ~ 1e20", {"t", "j"}, 23, "",
-                       "sum of squares overflows float: accumulate in double, or redo such rows in double"}));
+                       "$x^2 \\approx 10^{40}$ overflows float (max 3.4e38): square and sum in double"}));
 }
 
 // The backward on the same hostile rows, against the double-precision reference (itself checked
@@ -283,6 +313,7 @@ TEST_P(LayerNorm, backward_handles_values_whose_squares_overflow_float) {
 
 TEST_P(RmsNorm, backward_handles_values_whose_squares_overflow_or_underflow_float) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(25);
   const Tensor2 dy = rng.normal_matrix(3, 37);
@@ -295,14 +326,17 @@ TEST_P(RmsNorm, backward_handles_values_whose_squares_overflow_or_underflow_floa
     const double dx_scale = xt::amax(xt::abs(want.dx))();
     const std::string what = "rms_norm_backward, eps = 0, |x| ~ " + std::to_string(magnitude);
     EXPECT_TRUE(matches(got.dx, xt::eval(xt::cast<double>(want.dx)), {reduction_rtol(37) * dx_scale * 10, reduction_rtol(37)},
-                        {what + ": dx", {"t", "j"}, 25, "", "accumulate the sum of squares in double"}));
+                        {what + ": dx, against tvlab::ref", {"t", "j"}, 25, "",
+                         "$x^2$ overflows float at 1e20 and is subnormal at 1e-23: square and sum in double"}));
     EXPECT_TRUE(matches(got.dgamma, xt::eval(xt::cast<double>(want.dgamma)), {1e-5, reduction_rtol(37)},
-                        {what + ": dgamma", {"j"}, 25, "", ""}));
+                        {what + ": dgamma, against tvlab::ref", {"j"}, 25, "",
+                         "$d\\gamma_j = \\sum_t dy_{tj}\\,x_{tj} / r_t$ with $r_t$ from a double sum of squares"}));
   }
 }
 
 TEST_P(RmsNorm, forward_handles_subnormal_squares) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.1");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   // |x| ~ 1e-23: x^2 ~ 1e-46 is below float's smallest normal (1.2e-38); with eps = 0 the
   // output is still O(1) and well defined.
@@ -333,20 +367,27 @@ TEST_P(LayerNorm, rejects_bad_input_naming_the_parameter) {
 
 TEST_P(RmsNorm, rejects_bad_input_naming_the_parameter) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.1, 01.2");
   const Tensor2 x = xt::ones<float>({2, 4});
   const Tensor1 g4 = xt::ones<float>({4}), g3 = xt::ones<float>({3});
   Tensor2 bad = x;
   bad(1, 1) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(bad, g4, 1e-6); }, {"rms_norm", "x", "non-finite"}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(x, g3, 1e-6); }, {"rms_norm", "gamma"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(bad, g4, 1e-6); }, {"rms_norm", "x", "non-finite"}))
+      << "exercise 01.1: rms_norm of x [2, 4] with NaN at (1, 1)";
+  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(x, g3, 1e-6); }, {"rms_norm", "gamma"}))
+      << "exercise 01.1: rms_norm of x [2, 4] with gamma [3]";
   EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(x, g4, std::numeric_limits<double>::infinity()); },
-                                  {"rms_norm", "eps"}));
+                                  {"rms_norm", "eps"}))
+      << "exercise 01.1: rms_norm with eps = inf";
   EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm_backward(x, g4, Tensor2(xt::ones<float>({2, 3})), 1e-6); },
-                                  {"rms_norm_backward", "dy"}));
+                                  {"rms_norm_backward", "dy"}))
+      << "exercise 01.2: rms_norm_backward of x [2, 4] with dy [2, 3]";
   const Tensor2 zero_row = {{1, 2, 3, 4}, {0, 0, 0, 0}};
-  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(zero_row, g4, 0.0); }, {"rms_norm", "eps", "zero mean square"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm(zero_row, g4, 0.0); }, {"rms_norm", "eps", "zero mean square"}))
+      << "exercise 01.1: rms_norm with eps 0 and an all-zero row: $x / r$ is 0/0";
   EXPECT_TRUE(throws_error_naming([&] { impl.rms_norm_backward(zero_row, g4, zero_row, 0.0); },
-                                  {"rms_norm_backward", "eps"}));
+                                  {"rms_norm_backward", "eps"}))
+      << "exercise 01.2: rms_norm_backward with eps 0 and an all-zero row";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch01, LayerNorm, ::testing::ValuesIn(under_test(backends(), &Backend::layer_norm)), ImplName());
@@ -453,6 +494,7 @@ TEST_P(TwoLayerFfn, relu_and_gelu_ffn_match_oracle) {
 
 TEST_P(Ffn, swiglu_ffn_matches_oracle) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.3");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const FfnCase& c : kFfnCases) {
     const unsigned long long seed = 60 + c.d_ff;
@@ -466,7 +508,8 @@ TEST_P(Ffn, swiglu_ffn_matches_oracle) {
                         {"ffn_swiglu [" + std::to_string(c.tokens) + " x " + std::to_string(c.d_model) + "], d_ff " +
                              std::to_string(c.d_ff),
                          {"t", "c"}, seed, "tvlab 01_normalization --backend " + impl.name,
-                         "(Swish(x W1) * (x W2)) W3: the Swish goes on the gate W1, not on W2"}));
+                         "$y = (\\mathrm{Swish}(x W_1) \\odot x W_2)\\,W_3$ with $\\mathrm{Swish}(a) = a / (1 + e^{-a})$: "
+                         "the Swish goes on the gate $x W_1$, not on $x W_2$"}));
   }
 }
 
@@ -484,13 +527,17 @@ TEST_P(TwoLayerFfn, relu_ffn_without_bias_is_positively_homogeneous) {
 
 TEST_P(Ffn, rejects_bad_input_naming_the_parameter) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "01.3");
   const Tensor2 x = xt::ones<float>({2, 4});
   const SwigluWeights sw{xt::ones<float>({4, 6}), xt::ones<float>({4, 5}), xt::ones<float>({6, 4})};
-  EXPECT_TRUE(throws_error_naming([&] { impl.ffn_swiglu(x, sw); }, {"ffn_swiglu", "w2", "d_ff"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.ffn_swiglu(x, sw); }, {"ffn_swiglu", "w2", "d_ff"}))
+      << "w1 [4, 6] and w2 [4, 5]: different d_ff";
   const SwigluWeights sw3{xt::ones<float>({4, 6}), xt::ones<float>({4, 6}), xt::ones<float>({6, 3})};
-  EXPECT_TRUE(throws_error_naming([&] { impl.ffn_swiglu(x, sw3); }, {"ffn_swiglu", "w3"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.ffn_swiglu(x, sw3); }, {"ffn_swiglu", "w3"}))
+      << "x [2, 4] and w3 [6, 3]: w3 must give d_model = 4 columns";
   EXPECT_TRUE(throws_error_naming([&] { impl.ffn_swiglu(Tensor2(xt::ones<float>({2, 5})), SwigluWeights{sw.w1, sw.w1, sw.w3}); },
-                                  {"ffn_swiglu", "w1"}));
+                                  {"ffn_swiglu", "w1"}))
+      << "x [2, 5] and w1 [4, 6]: w1 must have d_model = 5 rows";
 }
 
 TEST_P(TwoLayerFfn, rejects_bad_input_naming_the_parameter) {

@@ -87,6 +87,7 @@ ref::SoftmaxState direct_state(const std::vector<float>& x) {
 
 TEST_P(SoftmaxMerge, merging_the_states_of_any_split_gives_the_state_of_the_whole) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.1");
   Rng rng(4);
   std::vector<float> x(50);
   for (auto& v : x) v = static_cast<float>(rng.normal() * 4);
@@ -97,18 +98,23 @@ TEST_P(SoftmaxMerge, merging_the_states_of_any_split_gives_the_state_of_the_whol
     const ref::SoftmaxState a = direct_state({x.begin(), x.begin() + static_cast<std::ptrdiff_t>(split)});
     const ref::SoftmaxState b = direct_state({x.begin() + static_cast<std::ptrdiff_t>(split), x.end()});
     for (const ref::SoftmaxState merged : {impl.softmax_merge(a, b), impl.softmax_merge(b, a)}) {
-      EXPECT_EQ(merged.max, whole.max) << "split " << split << ": the merged maximum is the larger one";
+      EXPECT_EQ(merged.max, whole.max) << "a row of 50 split after " << split
+                                       << " entries: the merged maximum is $m = \\max(m_a, m_b)$";
       EXPECT_NEAR(merged.sum, whole.sum, 1e-14 * whole.sum)
-          << "split " << split << ": each sum must be moved to the new maximum, times e^(m_part - m)";
+          << "a row of 50 split after " << split << " entries ($m_a$ = " << a.max << ", $m_b$ = " << b.max
+          << "): $l = l_a e^{m_a - m} + l_b e^{m_b - m}$, each sum moved to the new maximum; a part with "
+          << "$m = -\\infty$ (empty, or all -inf) contributes 0, not NaN";
     }
   }
   // The empty state (-inf, 0) is the identity, and two empty states merge without NaN.
   const ref::SoftmaxState with_empty = impl.softmax_merge(whole, {});
-  EXPECT_EQ(with_empty.max, whole.max);
-  EXPECT_NEAR(with_empty.sum, whole.sum, 1e-14 * whole.sum);
+  EXPECT_EQ(with_empty.max, whole.max) << "merge(s, empty state (-inf, 0)) must return s: the maximum";
+  EXPECT_NEAR(with_empty.sum, whole.sum, 1e-14 * whole.sum)
+      << "merge(s, empty state (-inf, 0)) must return s: the sum ($e^{-\\infty - m} = 0$)";
   const ref::SoftmaxState nothing = impl.softmax_merge({}, {});
-  EXPECT_EQ(nothing.sum, 0.0);
-  EXPECT_FALSE(std::isnan(nothing.sum));
+  EXPECT_EQ(nothing.sum, 0.0) << "merge of two empty states (-inf, 0): $-\\infty - (-\\infty)$ is NaN, so an "
+                                 "empty part must be skipped, not rescaled";
+  EXPECT_FALSE(std::isnan(nothing.sum)) << "merge of two empty states (-inf, 0) must not give NaN";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch04, SoftmaxMerge,
@@ -121,6 +127,7 @@ class BestTiles : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(BestTiles, the_chosen_tiles_fit_and_no_other_tiles_move_less) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.3");
   for (const auto& [n, d, sram] : {std::tuple<std::size_t, std::size_t, std::size_t>{64, 8, 1000}, {100, 16, 4096},
                                    {37, 4, 300}, {128, 32, 20000}}) {
     // Brute force over every (B_r, B_c) in [1, n]^2 that fits.
@@ -137,13 +144,18 @@ TEST_P(BestTiles, the_chosen_tiles_fit_and_no_other_tiles_move_less) {
       }
     const analysis::FlashTiles got = impl.best_tiles(n, d, sram);
     const std::string where = "n " + std::to_string(n) + ", d " + std::to_string(d) + ", M " + std::to_string(sram);
-    EXPECT_LE(analysis::flash_tile_floats(d, got.block_r, got.block_c), sram) << where << ": the tiles must fit";
+    const std::string chosen = " (returned B_r " + std::to_string(got.block_r) + ", B_c " + std::to_string(got.block_c) + ")";
+    EXPECT_LE(analysis::flash_tile_floats(d, got.block_r, got.block_c), sram)
+        << where << chosen << ": the tiles must fit in M floats (analysis::flash_tile_floats)";
     EXPECT_EQ(analysis::flash_attention_io(n, d, got.block_r, got.block_c).total(), best)
-        << where << ": the traffic depends on the number of key tiles only";
-    EXPECT_EQ(got.block_r, best_r) << where << ": among the best, the largest B_r";
-    EXPECT_EQ(got.io.total(), best) << where << ": io must be the traffic of the returned tiles";
+        << where << chosen << ": some tiles that fit move fewer elements; try every (B_r, B_c) in $[1, n]^2$ that fits "
+        << "and keep the least analysis::flash_attention_io(n, d, B_r, B_c).total()";
+    EXPECT_EQ(got.block_r, best_r) << where << chosen << ": among the tiles that move the fewest elements, return the "
+                                   << "largest B_r (here " << best_r << ")";
+    EXPECT_EQ(got.io.total(), best) << where << chosen << ": io must be the traffic of the returned tiles";
   }
-  EXPECT_TRUE(throws_error_naming([&] { impl.best_tiles(64, 8, 10); }, {"best_flash_tiles", "sram_floats"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.best_tiles(64, 8, 10); }, {"best_flash_tiles", "sram_floats"}))
+      << "n 64, d 8, M 10: no tile fits in 10 floats";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch04, BestTiles, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::best_tiles)),
@@ -206,6 +218,7 @@ void expect_forward_matches(const FlashOutput& got, const Tensor3& q, const Tens
 
 TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   for (const FlashCase& c : kCases) {
     const std::uint64_t seed = 100 + c.seq_k;
@@ -216,14 +229,22 @@ TEST_P(Flash, forward_matches_the_attention_oracle_and_its_log_sum_exp) {
     cfg.mask.causal = c.causal;
     cfg.block_q = c.block_q;
     cfg.block_k = c.block_k;
-    expect_forward_matches(impl.flash_forward(q, k, v, cfg), q, k, v, cfg, c.label, seed,
-                           "rescale both l and the output accumulator by e^{m - m'} when the row maximum grows",
-                           "L = m + ln(l), not ln(l) alone");
+    const std::string tiles = ", tiles " + std::to_string(c.block_q) + " x " + std::to_string(c.block_k);
+    expect_forward_matches(impl.flash_forward(q, k, v, cfg), q, k, v, cfg, c.label + tiles, seed,
+                           "for each key tile, with $s_{ij} = q_i \\cdot k_j / \\sqrt{d}$: "
+                           "$m' = \\max(m, \\max_j s_{ij})$, $l' = e^{m - m'} l + \\sum_j e^{s_{ij} - m'}$, "
+                           "$O' = e^{m - m'} O + \\sum_j e^{s_{ij} - m'} v_j$ (rescale both l and O when the maximum "
+                           "grows), and $O / l$ after the last tile" +
+                               std::string(c.causal ? "; causal: key j counts when $j \\le i + \\text{seq\\_k} - "
+                                                      "\\text{seq\\_q}$, also inside a partly hidden tile"
+                                                    : ""),
+                           "the log-sum-exp of row i is $L_i = m_i + \\ln l_i$ after the last tile, not $\\ln l_i$ alone");
   }
 }
 
 TEST_P(Flash, tile_sizes_change_the_order_of_the_arithmetic_not_the_result) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   Rng rng(8);
   const Tensor3 q = rng.normal_tensor(2, 70, 32), k = rng.normal_tensor(2, 70, 32), v = rng.normal_tensor(2, 70, 32);
@@ -239,12 +260,17 @@ TEST_P(Flash, tile_sizes_change_the_order_of_the_arithmetic_not_the_result) {
     EXPECT_TRUE(matches(impl.flash_forward(q, k, v, cfg).out, xt::eval(xt::cast<double>(reference.out)), {rtol * 10, rtol},
                         {"flash forward with tiles " + std::to_string(bq) + " x " + std::to_string(bk) +
                              " vs one tile",
-                         {"h", "i", "d"}, 8, "", ""}));
+                         {"h", "i", "d"}, 8, "",
+                         "the tiles only change the order of the sums: a result that depends on the tile size loses "
+                         "a rescaling $e^{m - m'}$ between tiles, or mishandles the last tile when 70 is not a "
+                         "multiple of the tile size (" + std::to_string(70 % bq) + " rows, " + std::to_string(70 % bk) +
+                             " keys left over here)"}));
   }
 }
 
 TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.2");
   TVLAB_SKIP_WITHOUT_DEVICE(impl);
   if (!impl.limits.tiles_keys) GTEST_SKIP() << impl.name << " does not loop over key tiles: no tiles to count";
   Rng rng(9);
@@ -254,23 +280,27 @@ TEST_P(Flash, causal_attention_skips_the_tiles_above_the_diagonal) {
   cfg.mask.causal = true;
   // 4 x 4 tiles: query tile t sees key tiles 0 .. t, so 4 + 3 + 2 + 1 = 10 are computed, 6 skipped.
   const FlashOutput causal = impl.flash_forward(x, x, x, cfg);
-  EXPECT_EQ(causal.tiles_computed, 10U);
-  EXPECT_EQ(causal.tiles_skipped, 6U);
+  EXPECT_EQ(causal.tiles_computed, 10U) << "causal, seq 256, tiles 64 x 64: query tile t needs key tiles 0..t, 10 of 16";
+  EXPECT_EQ(causal.tiles_skipped, 6U) << "causal, seq 256, tiles 64 x 64: the 6 tiles above the diagonal are skipped";
   cfg.mask.causal = false;
   const FlashOutput full = impl.flash_forward(x, x, x, cfg);
-  EXPECT_EQ(full.tiles_computed, 16U);
-  EXPECT_EQ(full.tiles_skipped, 0U);
+  EXPECT_EQ(full.tiles_computed, 16U) << "no mask, seq 256, tiles 64 x 64: every one of the 4 x 4 tiles is computed";
+  EXPECT_EQ(full.tiles_skipped, 0U) << "no mask: no tile may be skipped";
   // 100 queries over 300 keys (queries are the last 100 positions), tiles of 64: query tile 0
   // (rows 0..63) sees keys up to 263, i.e. key tiles 0..4 of 5; query tile 1 sees all 5.
   const Tensor3 q = rng.normal_tensor(1, 100, 16), k = rng.normal_tensor(1, 300, 16);
   cfg.mask.causal = true;
   const FlashOutput shifted = impl.flash_forward(q, k, k, cfg);
-  EXPECT_EQ(shifted.tiles_computed, 10U);
-  EXPECT_EQ(shifted.tiles_skipped, 0U);
+  EXPECT_EQ(shifted.tiles_computed, 10U)
+      << "causal, 100 queries over 300 keys, tiles 64: query i sits at i + 200, so query tile 0 (rows 0..63) already "
+         "sees keys up to 263, in key tile 4 of 5: all 10 tiles";
+  EXPECT_EQ(shifted.tiles_skipped, 0U) << "causal, 100 queries over 300 keys, tiles 64: nothing is hidden";
   cfg.block_k = 32;  // key tiles of 32: tile 0 sees tiles 0..8 of 10 (key 263 is in tile 8)
   const FlashOutput finer = impl.flash_forward(q, k, k, cfg);
-  EXPECT_EQ(finer.tiles_computed, 19U);
-  EXPECT_EQ(finer.tiles_skipped, 1U);
+  EXPECT_EQ(finer.tiles_computed, 19U)
+      << "causal, 100 queries over 300 keys, tiles 64 x 32: query tile 0 sees key tiles 0..8 (key 263 is in tile 8)";
+  EXPECT_EQ(finer.tiles_skipped, 1U) << "causal, 100 queries over 300 keys, tiles 64 x 32: key tile 9 is hidden from "
+                                        "query tile 0";
 }
 
 // ------------------------------------------------------------- flash with the mask specification
@@ -334,6 +364,7 @@ FlashConfig make_masked_config(const FlashMaskCase& c, Rng& rng) {
 
 TEST_P(Flash, masks_match_the_oracle_or_are_refused_naming_the_part) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.2");
   for (const FlashMaskCase& c : kMaskCases) {
     const std::uint64_t seed = 700 + c.seq_q * 3 + c.seq_k;
     Rng rng(seed);
@@ -349,8 +380,10 @@ TEST_P(Flash, masks_match_the_oracle_or_are_refused_naming_the_part) {
     }
     if (unavailable_reason(impl.caps)) continue;
     expect_forward_matches(impl.flash_forward(q, k, v, cfg), q, k, v, cfg, c.label, seed,
-                           "a key tile may be skipped only when the mask hides it from every row of the query tile",
-                           "a row that sees no key has L = -inf");
+                           "a key tile may be skipped only when the mask hides it from every row of the query tile; "
+                           "inside a tile, key j counts when cfg.mask.allows(i, j, seq_q, seq_k), and "
+                           "cfg.mask.score_bias(h, i, j, seq_q, seq_k) is added to $s_{ij}$",
+                           "$L_i = m_i + \\ln l_i$; a row that sees no key has $L_i = -\\infty$ and output 0");
   }
 }
 
@@ -372,6 +405,7 @@ std::pair<std::size_t, std::size_t> tiles_needed(const AttentionMask& mask, std:
 
 TEST_P(Flash, windows_and_top_left_causal_skip_the_key_tiles_they_hide) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.2");
   if (impl.name == "cuda_rowwise") GTEST_SKIP() << "one thread per query row: no tiles to count";
   Rng rng(10);
   struct TileCase {
@@ -418,30 +452,35 @@ TEST_P(Flash, windows_and_top_left_causal_skip_the_key_tiles_they_hide) {
     }
     if (unavailable_reason(impl.caps)) continue;
     const FlashOutput r = impl.flash_forward(q, k, k, cfg);
-    EXPECT_EQ(r.tiles_computed, c.computed) << c.label;
-    EXPECT_EQ(r.tiles_skipped, c.skipped) << c.label;
+    EXPECT_EQ(r.tiles_computed, c.computed)
+        << c.label << ": a key tile is computed when some query of the query tile may see some key of it";
+    EXPECT_EQ(r.tiles_skipped, c.skipped)
+        << c.label << ": a key tile is skipped when the causal rule and the window hide it from every query of the tile";
   }
 }
 
 TEST_P(Flash, rejects_bad_input_naming_the_parameter) {
   const Backend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "04.2");
   const Tensor3 x = xt::ones<float>({1, 4, 8});
   FlashConfig cfg;
   cfg.block_q = 0;
-  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"flash_attention_forward", "block_q"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"flash_attention_forward", "block_q"}))
+      << "cfg.block_q 0";
   cfg = {};
   cfg.block_k = 0;
-  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"block_k"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, x, cfg); }, {"block_k"})) << "cfg.block_k 0";
   const Tensor3 wide = xt::ones<float>({1, 4, 264});
-  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(wide, wide, x, {}); }, {"head_dim", "256"}));
-  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, wide, {}); }, {"head_dim_v", "256"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(wide, wide, x, {}); }, {"head_dim", "256"})) << "q, k of head_dim 264 (above 256)";
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, x, wide, {}); }, {"head_dim_v", "256"})) << "v of head_dim_v 264 (above 256)";
   cfg = {};
   cfg.mask.causal = true;
   const Tensor3 short_k = xt::ones<float>({1, 2, 8});
-  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, short_k, short_k, cfg); }, {"seq_q", "seq_k"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(x, short_k, short_k, cfg); }, {"seq_q", "seq_k"}))
+      << "causal with 4 queries over 2 keys: the first queries would see no key";
   Tensor3 bad = x;
   bad(0, 2, 5) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(bad, x, x, {}); }, {"q"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.flash_forward(bad, x, x, {}); }, {"q"})) << "q with NaN at (0, 2, 5)";
   if (const std::size_t limit = impl.limits.max_tile_rows) {  // one thread per row of a tile
     const Tensor3 long_x = xt::ones<float>({std::size_t{1}, limit + 76, std::size_t{8}});
     cfg = {};

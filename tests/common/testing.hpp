@@ -5,6 +5,9 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,13 +17,17 @@
 
 namespace tvlab::testing {
 
-/// What a failing comparison prints besides the numbers: how to reproduce it and the usual mistake.
+/// What a failing comparison prints besides the numbers: the case, how to reproduce it, and the
+/// formula the failing element should satisfy.
 struct Context {
-  std::string what;                     ///< "scaled_dot_product_attention, causal, seq 129"
+  std::string what;                     ///< the function and the case: "scaled_dot_product_attention, causal, seq 129"
   std::vector<std::string> axis_names;  ///< {"h", "i", "d"}
   unsigned long long seed = 0;
   std::string explore;                  ///< a `tvlab` command that steps through a similar case
-  std::string hint;                     ///< the usual mistake, if there is one
+  std::string hint;                     ///< what every element must satisfy, and the usual mistake
+  /// The hint for one element, given the coordinates of the worst one: it can name that element
+  /// and spell out its formula with the case's numbers ("bias(h=1, i=3, j=7) = ...").
+  std::function<std::string(const std::vector<std::size_t>&)> hint_at = {};
 };
 
 /// argv[0] of the test program (set by tests/common/main.cpp).
@@ -45,8 +52,34 @@ template <class A, class E>
   failure << "\nreproduce: " << rerun_command();
   if (!ctx.explore.empty()) failure << "\nexplore: " << ctx.explore;
   if (!ctx.hint.empty()) failure << "\nhint: " << ctx.hint;
+  if (ctx.hint_at && !report.shape_mismatch && !report.worst_index.empty())
+    failure << "\nat the worst element: " << ctx.hint_at(report.worst_index);
   return failure;
 }
+
+/// True in an exercise program (tests/common/exercise_main.cpp), false in a chapter's test program.
+bool exercise_program();
+
+/// Names the exercise a test grades ("01.1", or "01.1, 01.2" for a test that calls both), when the backend under test is the student's: every failure
+/// in the test then ends with "exercise NN.M (exercises/<chapter>/exercises.md; your code:
+/// .../student.cpp)", and the test's JSON report records `"exercise": "NN.M"`, from which
+/// `scripts/check_exercises.py --summary` (run by `make exercises`) tells which exercises are
+/// solved. For the other backends it does nothing. Use it through TVLAB_EXERCISE.
+class ExerciseScope {
+ public:
+  template <class Backend>
+  ExerciseScope(const Backend& backend, const char* exercise, const char* chapter, const char* file, int line) {
+    if (backend.kind != BackendKind::student) return;
+    ::testing::Test::RecordProperty("exercise", exercise);
+    const std::string folder = std::string("exercises/") + chapter;
+    const std::string code = folder + (exercise_program() ? "/student.cpp" : "/solution.cpp");
+    trace_.emplace(file, line,
+                   "exercise " + std::string(exercise) + " (" + folder + "/exercises.md; the code: " + code + ")");
+  }
+
+ private:
+  std::optional<::testing::ScopedTrace> trace_;
+};
 
 /// Float tolerance for a reduction of length k, against a double oracle (tvlab/core/compare.hpp).
 using tvlab::reduction_rtol;
@@ -72,6 +105,11 @@ template <class F>
 }
 
 }  // namespace tvlab::testing
+
+/// First line of a test over a backend registry whose student entry is an exercise:
+/// `TVLAB_EXERCISE(impl, "00.2");` (see ExerciseScope).
+#define TVLAB_EXERCISE(backend, exercise) \
+  const ::tvlab::testing::ExerciseScope tvlab_exercise_scope_((backend), (exercise), TVLAB_CHAPTER_NAME, __FILE__, __LINE__)
 
 /// In a test over a backend registry: skip an entry this machine cannot run (a CUDA kernel
 /// without a device), saying why.
