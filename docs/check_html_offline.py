@@ -7,7 +7,8 @@ Every script and stylesheet a page loads (<script src=...>, <link rel="styleshee
 and CSS @import) must be a file inside the folder. A remote one (http://, https:// or //host)
 fails the check: offline the page would show raw TeX, and a page that runs code from another
 server runs whatever that server sends. A local one that is missing fails too (a MathJax copy
-that lacks a file). Exit status 1 with one line per problem, 0 when every page is clean.
+that lacks a file), and so does a link (<a href>) to a page or file of the folder that is not
+there (a link the Markdown filter computed wrongly). Exit status 1 with one line per problem, 0 when every page is clean.
 """
 import html.parser
 import pathlib
@@ -24,6 +25,7 @@ class Loads(html.parser.HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.loads = []  # (what, address)
+        self.links = []  # local <a href> targets
         self.in_style = False
 
     def handle_starttag(self, tag, attrs):
@@ -32,6 +34,9 @@ class Loads(html.parser.HTMLParser):
             self.loads.append(("script", a["src"]))
         elif tag == "link" and "stylesheet" in (a.get("rel") or "").lower().split() and a.get("href"):
             self.loads.append(("stylesheet", a["href"]))
+        elif tag == "a" and a.get("href") and not REMOTE.match(a["href"]) \
+                and not re.match(r"^(#|[a-z][a-z0-9+.-]*:)", a["href"], re.I):
+            self.links.append(a["href"])
         elif tag == "style":
             self.in_style = True
 
@@ -53,6 +58,9 @@ def problems_in(page: pathlib.Path, root: pathlib.Path):
         parser = Loads()
         parser.feed(text)
         loads = parser.loads
+        for link in parser.links:
+            if not (page.parent / re.split(r"[?#]", link)[0]).resolve().exists():
+                yield f"{page.relative_to(root)}: link {link} leads to no file of the folder"
     for what, address in loads:
         where = page.relative_to(root)
         if REMOTE.match(address):
@@ -77,7 +85,7 @@ def main(argv):
         print(line, file=sys.stderr)
     if problems:
         more = f" ({len(problems) - 20} more not shown)" if len(problems) > 20 else ""
-        print(f"check_html_offline: {len(problems)} remote or missing scripts/stylesheets{more}: "
+        print(f"check_html_offline: {len(problems)} remote or missing scripts/stylesheets or broken links{more}: "
               "the documentation must work offline (see MATHJAX_RELPATH in docs/Doxyfile.in)", file=sys.stderr)
         return 1
     print(f"check_html_offline: {len(pages)} pages load only local scripts and stylesheets")

@@ -66,6 +66,11 @@ class OfflineCheck(unittest.TestCase):
         self.assert_fails({"index.html": page('<script src="mathjax/MathJax.js"></script>')},
                           "mathjax/MathJax.js is not in the folder")
 
+    def test_broken_local_link_fails(self):
+        self.assert_passes({"index.html": page("", '<a href="other.html#part">x</a>'), "other.html": page("")})
+        self.assert_fails({"index.html": page("", '<a href="reference_2src_2attention_8cpp_source.html">x</a>')},
+                          "index.html: link reference_2src_2attention_8cpp_source.html leads to no file")
+
     def test_a_folder_without_pages_fails(self):
         result = run_check({"readme.txt": "no pages"})
         self.assertEqual(result.returncode, 1)
