@@ -88,7 +88,7 @@ def main(argv):
         print(f"check_html_offline: {len(problems)} remote or missing scripts/stylesheets or broken links{more}: "
               "the documentation must work offline (see MATHJAX_RELPATH in docs/Doxyfile.in)", file=sys.stderr)
         return 1
-    print(f"check_html_offline: {len(pages)} pages load only local scripts and stylesheets")
+    print(f"check_html_offline: {len(pages)} pages load only local scripts and stylesheets, and their local links resolve")
     return 0
 
 
