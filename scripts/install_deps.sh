@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(cmake make g++ python3 ccache
           libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
           libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-          doxygen graphviz)
+          doxygen graphviz libjs-mathjax)
 
 missing=()
 for p in "${packages[@]}"; do

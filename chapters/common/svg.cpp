@@ -39,7 +39,86 @@ std::string blue(double v) {
   return buf;
 }
 
+// A tick label: `decimals` digits after the point, "-0" printed as "0".
+std::string tick_label(double v, int decimals) {
+  std::string text = num(v, std::max(decimals, 0));
+  if (text.find_first_not_of("-0.") == std::string::npos) text = num(0.0, std::max(decimals, 0));
+  return text;
+}
+
+// The digits after the point that v = c * 10^e (c = 1, 2 or 5) needs: -e when e < 0.
+int decimals_of_power(int e) { return e < 0 ? -e : 0; }
+
 }  // namespace
+
+AxisTicks linear_ticks(double lo, double hi, int max_ticks) {
+  require(std::isfinite(lo) && std::isfinite(hi), "linear_ticks", "lo and hi must be finite (got ", lo, ", ", hi, ")");
+  require(max_ticks >= 2, "linear_ticks", "max_ticks must be at least 2 (got ", max_ticks, ")");
+  if (hi < lo) std::swap(lo, hi);
+  if (hi - lo <= 1e-12 * std::max(1.0, std::abs(lo))) {  // a flat series: one unit around it
+    lo -= 0.5;
+    hi += 0.5;
+  }
+  // Steps 1, 2, 5 x 10^e from below range / max_ticks upwards; the first that covers [lo, hi]
+  // with at most max_ticks multiples wins. The tolerance keeps a bound that is a multiple (1.0
+  // computed as 0.9999999) from adding a tick.
+  int e = static_cast<int>(std::floor(std::log10((hi - lo) / max_ticks)));
+  for (;; ++e) {
+    for (int c : {1, 2, 5}) {
+      const double step = c * std::pow(10.0, e);
+      const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
+      if (last - first + 1 > max_ticks) continue;
+      AxisTicks t;
+      for (double k = first; k <= last; ++k) {
+        t.values.push_back(k * step);
+        t.labels.push_back(tick_label(k * step, decimals_of_power(e)));
+      }
+      return t;
+    }
+  }
+}
+
+AxisTicks log10_ticks(double lo, double hi, int max_ticks) {
+  require(std::isfinite(lo) && std::isfinite(hi) && lo > 0 && hi > 0, "log10_ticks",
+          "lo and hi must be finite and positive (got ", lo, ", ", hi, ")");
+  require(max_ticks >= 2, "log10_ticks", "max_ticks must be at least 2 (got ", max_ticks, ")");
+  if (hi < lo) std::swap(lo, hi);
+  const int e_lo = static_cast<int>(std::floor(std::log10(lo) + 1e-9));
+  const int e_hi = static_cast<int>(std::ceil(std::log10(hi) - 1e-9));
+  AxisTicks t;
+  // A label for c x 10^e: plain digits from 0.001 to 100000, "1e-6" beyond.
+  auto label = [](int c, int e) {
+    if (e >= -3 && e <= 5) return tick_label(c * std::pow(10.0, e), decimals_of_power(e));
+    return std::to_string(c) + "e" + std::to_string(e);
+  };
+  if (std::log10(hi / lo) >= 2) {  // two decades or more: powers of ten, every `every`-th one
+    int every = 1, first = e_lo, last = e_hi;
+    for (;; every = every == 1 ? 2 : every == 2 ? 5 : every * 2) {
+      first = static_cast<int>(std::floor(static_cast<double>(e_lo) / every)) * every;
+      last = static_cast<int>(std::ceil(static_cast<double>(e_hi) / every)) * every;
+      if ((last - first) / every + 1 <= max_ticks) break;
+    }
+    for (int e = first; e <= last; e += every) {
+      t.values.push_back(std::pow(10.0, e));
+      t.labels.push_back(label(1, e));
+    }
+    return t;
+  }
+  // Less than two decades: 1, 2, 5 x 10^e from the largest such value <= lo to the smallest >= hi.
+  std::vector<std::pair<int, int>> candidates;  // (c, e)
+  for (int e = e_lo - 1; e <= e_hi; ++e)
+    for (int c : {1, 2, 5}) candidates.emplace_back(c, e);
+  candidates.emplace_back(1, e_hi + 1);
+  auto value = [](std::pair<int, int> ce) { return ce.first * std::pow(10.0, ce.second); };
+  std::size_t first = 0, last = candidates.size() - 1;
+  while (first + 1 < candidates.size() && value(candidates[first + 1]) <= lo * (1 + 1e-9)) ++first;
+  while (last > 0 && value(candidates[last - 1]) >= hi * (1 - 1e-9)) --last;
+  for (std::size_t k = first; k <= last; ++k) {
+    t.values.push_back(value(candidates[k]));
+    t.labels.push_back(label(candidates[k].first, candidates[k].second));
+  }
+  return t;
+}
 
 std::string svg_heatmap(const DTensor2& m, const std::string& title, const std::string& row_label,
                         const std::string& col_label) {
@@ -75,21 +154,23 @@ std::string svg_line_plot(const std::vector<Series>& series, const std::string& 
   const double left = 70, top = 40, plot_w = 480, plot_h = 280, width = left + plot_w + 170, height = top + plot_h + 60;
   std::size_t n = 0;
   double lo = 1e300, hi = -1e300;
-  auto f = [&](double v) { return log_y ? std::log10(v) : v; };
   for (const auto& sr : series) {
     n = std::max(n, sr.y.size());
     for (double v : sr.y) {
-      lo = std::min(lo, f(v));
-      hi = std::max(hi, f(v));
+      require(std::isfinite(v) && (!log_y || v > 0), "svg_line_plot", "series '", sr.name, "' has the value ", v,
+              log_y ? " (a log axis needs finite positive values)" : " (values must be finite)");
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
     }
   }
+  require(n > 0, "svg_line_plot", "every series is empty");
   if (!log_y) lo = std::min(lo, 0.0);
-  if (hi <= lo) hi = lo + 1;
-  const double pad = 0.05 * (hi - lo);
-  lo -= log_y ? pad : 0.0;
-  hi += pad;
-  auto px = [&](std::size_t i) { return left + plot_w * static_cast<double>(i) / static_cast<double>(std::max<std::size_t>(n - 1, 1)); };
-  auto py = [&](double v) { return top + plot_h * (1 - (f(v) - lo) / (hi - lo)); };
+  // The y axis runs from the first tick to the last, both round values.
+  const AxisTicks y_ticks = log_y ? log10_ticks(lo, hi) : linear_ticks(lo, hi);
+  auto f = [&](double v) { return log_y ? std::log10(v) : v; };
+  const double axis_lo = f(y_ticks.values.front()), axis_hi = f(y_ticks.values.back());
+  auto px = [&](double i) { return left + plot_w * i / static_cast<double>(std::max<std::size_t>(n - 1, 1)); };
+  auto py = [&](double v) { return top + plot_h * (1 - (f(v) - axis_lo) / (axis_hi - axis_lo)); };
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width, 0) << "\" height=\"" << num(height, 0)
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -97,18 +178,25 @@ std::string svg_line_plot(const std::vector<Series>& series, const std::string& 
     << "<text x=\"" << num(left) << "\" y=\"24\" font-size=\"14\">" << escape(title) << "</text>\n"
     << "<rect x=\"" << num(left) << "\" y=\"" << num(top) << "\" width=\"" << num(plot_w) << "\" height=\"" << num(plot_h)
     << "\" fill=\"none\" stroke=\"#444\"/>\n";
-  for (int t = 0; t <= 4; ++t) {  // y ticks
-    const double v = lo + (hi - lo) * t / 4.0, y = top + plot_h * (1 - t / 4.0);
-    s << "<text x=\"" << num(left - 6) << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">"
-      << (log_y ? num(std::pow(10.0, v), 2) : num(v, 2)) << "</text>\n";
+  for (std::size_t t = 0; t < y_ticks.values.size(); ++t) {  // y ticks: a mark and its label
+    const double y = py(y_ticks.values[t]);
+    s << "<line x1=\"" << num(left - 4) << "\" y1=\"" << num(y) << "\" x2=\"" << num(left) << "\" y2=\"" << num(y)
+      << "\" stroke=\"#444\"/>\n<text x=\"" << num(left - 6) << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">"
+      << y_ticks.labels[t] << "</text>\n";
   }
-  for (std::size_t i = 0; i < n; i += std::max<std::size_t>(1, n / 12))  // x ticks
-    s << "<text x=\"" << num(px(i)) << "\" y=\"" << num(top + plot_h + 16) << "\" text-anchor=\"middle\">" << i << "</text>\n";
+  // x ticks at round indices (a step of 1, 2 or 5 x 10^e, at least 1) up to the last point.
+  const AxisTicks x_ticks = linear_ticks(0, std::max<double>(static_cast<double>(n) - 1, 1), 13);
+  for (std::size_t t = 0; t < x_ticks.values.size(); ++t) {
+    const double i = x_ticks.values[t];
+    if (i > static_cast<double>(n) - 1 + 1e-9 || std::abs(i - std::round(i)) > 1e-9) continue;
+    s << "<text x=\"" << num(px(i)) << "\" y=\"" << num(top + plot_h + 16) << "\" text-anchor=\"middle\">" << x_ticks.labels[t]
+      << "</text>\n";
+  }
   for (std::size_t k = 0; k < series.size(); ++k) {
     const auto& sr = series[k];
     s << "<polyline fill=\"none\" stroke=\"" << sr.color << "\" stroke-width=\"2\"" << (sr.dashed ? " stroke-dasharray=\"6 4\"" : "")
       << " points=\"";
-    for (std::size_t i = 0; i < sr.y.size(); ++i) s << (i ? " " : "") << num(px(i)) << "," << num(py(sr.y[i]));
+    for (std::size_t i = 0; i < sr.y.size(); ++i) s << (i ? " " : "") << num(px(static_cast<double>(i))) << "," << num(py(sr.y[i]));
     s << "\"/>\n";
     const double ly = top + 16 + 20.0 * static_cast<double>(k);
     s << "<line x1=\"" << num(left + plot_w + 14) << "\" y1=\"" << num(ly - 4) << "\" x2=\"" << num(left + plot_w + 40) << "\" y2=\""
