@@ -20,6 +20,13 @@ Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout la
 }
 
 RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
+  // Exercise 02.3 covers the four classic types over whole heads; llama3, longrope and partial
+  // rotation are left to ref::rope_frequencies.
+  const std::string& type = cfg.rope_scaling.rope_type;
+  require(type != "llama3" && type != "longrope", "rope_frequencies", "rope_scaling.rope_type ('",
+          type, "') is not part of exercise 02.3 (default, linear, dynamic, yarn)");
+  require(cfg.partial_rotary_factor == 1.0, "rope_frequencies", "partial_rotary_factor (", cfg.partial_rotary_factor,
+          ") other than 1 is not part of exercise 02.3");
   // EXERCISE 02.3: inverse frequencies: default, linear, dynamic, yarn.
   throw tvlab::NotImplemented("exercise 02.3: inverse frequencies: default, linear, dynamic, yarn; read chapters/02_position_encoding/README.md, section \"Context extension: PI, NTK-aware, dynamic NTK, YaRN\"");
 }
