@@ -92,7 +92,8 @@ void cuda_apply_rope_device(benchmark::State& state) {
   const opt::RopeCache cache = opt::make_rope_cache(in.freqs, 0, static_cast<long long>(in.seq));
   cuda::DeviceBuffer<float> x = to_device(in.x), c(cache.cos.data(), cache.cos.size()), s(cache.sin.data(), cache.sin.size());
   auto rotate = [&] {
-    cuda::device::apply_rope_inplace(x.get(), in.heads * in.seq, in.seq, kRopeHeadDim, c.get(), s.get(), interleaved);
+    cuda::device::apply_rope_inplace(x.get(), in.heads * in.seq, in.seq, kRopeHeadDim, cache.pairs, c.get(), s.get(),
+                                     interleaved);
   };
   rotate();
   if (!validate(state, to_host(x, in.heads, in.seq, kRopeHeadDim), in.expected(), rope_tolerance(in.x))) return;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <numbers>
 #include <sstream>
 
@@ -14,6 +15,7 @@
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/core/rope_hf_config.hpp"
 #include "tvlab/cuda/attention.hpp"
 #include "tvlab/cuda/rope.hpp"
 #include "tvlab/cuda/rope_attention.hpp"
@@ -34,12 +36,24 @@ namespace {
 
 constexpr double kPi = std::numbers::pi;
 
+constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
+
+// The RoPE options start unset (NaN, 0, "") so that those given on the command line can override
+// a --hf-config file's values; without a file the defaults below (kDefault...) apply.
 struct Options : StandardOptions {
-  std::string svg, figure = "scaling", layout = "half_split", rope_type = "yarn";
-  int seq = 6, head_dim = 8, heads = 2;
-  double theta = 10000.0, factor = 4.0;
-  long long original_length = 4096, first_position = 0;
+  std::string svg, figure = "scaling", layout = "half_split", rope_type, hf_config, short_factor, long_factor;
+  int seq = 6, head_dim = 0, heads = 2;
+  double theta = kUnset, factor = kUnset, beta_fast = kUnset, beta_slow = kUnset, mscale = kUnset,
+         mscale_all_dim = kUnset, attention_factor = kUnset, low_freq_factor = kUnset, high_freq_factor = kUnset,
+         partial_rotary_factor = kUnset;
+  long long original_length = 0, max_position_embeddings = 0, first_position = 0;
+  bool truncate = false, no_truncate = false;
 };
+
+constexpr int kDefaultHeadDim = 8;
+constexpr double kDefaultTheta = 10000.0, kDefaultFactor = 4.0;
+constexpr long long kDefaultOriginalLength = 4096;
+constexpr const char* kDefaultRopeType = "yarn";
 
 RopeConfig rope_config(int head_dim, double theta, const std::string& type, double factor, long long original) {
   RopeConfig cfg;
@@ -349,13 +363,16 @@ std::string markdown(const GlobalOptions&) {
 
 // ------------------------------------------------------------------------------------- --step
 
-void step_through(const Options& o, const Inputs& in) {
+void step_through(const RopeConfig& cfg, const Inputs& in) {
   std::ostream& out = std::cout;
-  const std::size_t d = in.q.shape()[2], pairs = d / 2, seq = in.q.shape()[1];
+  // pairs: the rotated pairs (fewer than d / 2 with partial_rotary_factor < 1).
+  const std::size_t d = in.q.shape()[2], pairs = in.freqs.inv_freq.size(), seq = in.q.shape()[1];
   const bool interleaved = in.layout == RopeLayout::interleaved;
-  out << "RoPE and ALiBi, head 0 (seq " << seq << ", head_dim " << d << ", base " << o.theta << ", "
-      << (interleaved ? "pairs (2i, 2i+1)" : "pairs (i, i + d/2)") << ")\n";
-  print_step(out, 1, "frequencies theta_i (base^(-2i/d), then scaled by rope_type " + o.rope_type +
+  out << "RoPE and ALiBi, head 0 (seq " << seq << ", head_dim " << d << ", base " << cfg.rope_theta << ", "
+      << (interleaved ? "pairs (2i, 2i+1)" : "pairs (i, i + d_r/2)");
+  if (2 * pairs < d) out << ", rotary_dim d_r = " << 2 * pairs << ": coordinates " << 2 * pairs << " .. " << d - 1 << " pass through";
+  out << ")\n";
+  print_step(out, 1, "frequencies theta_i (base^(-2i/d_r), then scaled by rope_type " + cfg.rope_scaling.rope_type +
                          ") and wavelengths 2 pi / theta_i");
   DTensor2 freq = DTensor2::from_shape({2, pairs});
   for (std::size_t i = 0; i < pairs; ++i) {
@@ -420,13 +437,19 @@ void step_through(const Options& o, const Inputs& in) {
   print_matrix(out, "Attention + RoPE", Tensor2(xt::view(tensor3(r, "attention_rope"), 0, xt::all(), xt::all())));
   print_matrix(out, "Attention + ALiBi", Tensor2(xt::view(tensor3(r, "attention_alibi"), 0, xt::all(), xt::all())));
 
-  print_step(out, 7, "YaRN per pair for head_dim " + std::to_string(d) + ", factor " + fixed(o.factor, 2) +
-                         ", original length " + std::to_string(o.original_length));
-  const RopeFrequencies plain = ref::rope_frequencies(rope_config(o.head_dim, o.theta, "default", 1, o.original_length));
-  const RopeFrequencies yarn = ref::rope_frequencies(rope_config(o.head_dim, o.theta, "yarn", o.factor, o.original_length));
-  DTensor2 table = DTensor2::from_shape({2, pairs});
-  for (std::size_t i = 0; i < pairs; ++i) {
-    table(0, i) = static_cast<double>(o.original_length) * plain.inv_freq(i) / (2 * kPi);
+  // YaRN with this configuration's lengths and factor (the default 4 when it has none), whole heads.
+  const double factor = cfg.rope_scaling.factor > 1.0 ? cfg.rope_scaling.factor : kDefaultFactor;
+  const long long original_length = cfg.rope_scaling.original_max_position_embeddings > 0
+                                        ? cfg.rope_scaling.original_max_position_embeddings
+                                        : cfg.max_position_embeddings;
+  print_step(out, 7, "YaRN per pair for head_dim " + std::to_string(d) + ", factor " + fixed(factor, 2) +
+                         ", original length " + std::to_string(original_length));
+  const int head_dim = static_cast<int>(d);
+  const RopeFrequencies plain = ref::rope_frequencies(rope_config(head_dim, cfg.rope_theta, "default", 1, original_length));
+  const RopeFrequencies yarn = ref::rope_frequencies(rope_config(head_dim, cfg.rope_theta, "yarn", factor, original_length));
+  DTensor2 table = DTensor2::from_shape({2, d / 2});
+  for (std::size_t i = 0; i < d / 2; ++i) {
+    table(0, i) = static_cast<double>(original_length) * plain.inv_freq(i) / (2 * kPi);
     table(1, i) = yarn.inv_freq(i) / plain.inv_freq(i);
   }
   print_matrix(out, "r_i = L / wavelength; theta'/theta", table);
@@ -481,6 +504,106 @@ RopeLayout parse_layout(const std::string& s) {
   return s == "interleaved" ? RopeLayout::interleaved : RopeLayout::half_split;
 }
 
+// "1, 1.5,2" -> {1, 1.5, 2} for --short-factor and --long-factor.
+std::vector<double> parse_numbers(const char* option, const std::string& text) {
+  std::vector<double> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    double v = 0.0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used > 0 && item.find_first_not_of(" \t", used) == std::string::npos, "02_position_encoding", option,
+            " ('", text, "') must be numbers separated by commas; '", item, "' is not a number");
+    values.push_back(v);
+  }
+  return values;
+}
+
+// The RoPE configuration of the run: the --hf-config file's (or the defaults without one), then
+// every option given on the command line on top. Option values are checked here, naming the
+// option; the relations between fields (beta_fast > beta_slow, a list per rotated pair, ...) by
+// validate_rope_config, naming the field.
+RopeConfig resolve_rope_config(const Options& o) {
+  const char* fn = "02_position_encoding";
+  HfRopeConfig file;
+  if (!o.hf_config.empty()) {
+    file = read_hf_rope_config(o.hf_config);
+  } else {
+    file.config = rope_config(kDefaultHeadDim, kDefaultTheta, o.rope_type.empty() ? kDefaultRopeType : o.rope_type,
+                              kDefaultFactor, kDefaultOriginalLength);
+  }
+  RopeConfig cfg = file.config;
+  RopeScaling& sc = cfg.rope_scaling;
+  auto given = [](double v) { return !std::isnan(v); };
+  if (o.head_dim != 0) {
+    require(o.head_dim > 0 && o.head_dim % 2 == 0, fn, "--head-dim (", o.head_dim, ") must be positive and even");
+    cfg.head_dim = o.head_dim;
+  }
+  if (given(o.theta)) {
+    require(std::isfinite(o.theta) && o.theta > 1, fn, "--theta (", o.theta, ") must be finite and > 1");
+    cfg.rope_theta = o.theta;
+  }
+  if (!o.rope_type.empty()) {
+    bool known = false;
+    for (const std::string& t : rope_types()) known = known || o.rope_type == t;
+    require(known, fn, "--rope-type ('", o.rope_type, "') must be default, linear, dynamic, yarn, llama3 or longrope");
+    sc.rope_type = o.rope_type;
+  }
+  if (given(o.factor)) {
+    require(std::isfinite(o.factor) && o.factor >= 1, fn, "--factor (", o.factor, ") must be finite and >= 1");
+    sc.factor = o.factor;
+  }
+  if (o.original_length != 0) {
+    require(o.original_length > 0, fn, "--original-length (", o.original_length, ") must be positive");
+    sc.original_max_position_embeddings = o.original_length;
+    if (o.hf_config.empty()) cfg.max_position_embeddings = o.original_length;  // as before: L = the trained length
+  }
+  if (o.max_position_embeddings != 0) {
+    require(o.max_position_embeddings > 0, fn, "--max-position-embeddings (", o.max_position_embeddings,
+            ") must be positive");
+    cfg.max_position_embeddings = o.max_position_embeddings;
+  }
+  // Without a factor in the file, yarn and longrope take max_position_embeddings / L (Hugging Face).
+  if (!file.factor_given && !given(o.factor) && sc.original_max_position_embeddings > 0)
+    sc.factor = static_cast<double>(cfg.max_position_embeddings) /
+                static_cast<double>(sc.original_max_position_embeddings);
+  auto positive = [&](const char* option, double v) {
+    require(std::isfinite(v) && v > 0, fn, option, " (", v, ") must be finite and positive");
+    return v;
+  };
+  auto non_negative = [&](const char* option, double v) {
+    require(std::isfinite(v) && v >= 0, fn, option, " (", v, ") must be finite and >= 0");
+    return v;
+  };
+  if (given(o.beta_fast)) sc.beta_fast = positive("--beta-fast", o.beta_fast);
+  if (given(o.beta_slow)) sc.beta_slow = positive("--beta-slow", o.beta_slow);
+  if (given(o.mscale)) sc.mscale = non_negative("--mscale", o.mscale);
+  if (given(o.mscale_all_dim)) sc.mscale_all_dim = non_negative("--mscale-all-dim", o.mscale_all_dim);
+  if (given(o.attention_factor)) sc.attention_factor = positive("--attention-factor", o.attention_factor);
+  if (given(o.low_freq_factor)) sc.low_freq_factor = positive("--low-freq-factor", o.low_freq_factor);
+  if (given(o.high_freq_factor)) sc.high_freq_factor = positive("--high-freq-factor", o.high_freq_factor);
+  if (given(o.partial_rotary_factor)) {
+    require(std::isfinite(o.partial_rotary_factor) && o.partial_rotary_factor > 0 && o.partial_rotary_factor <= 1, fn,
+            "--partial-rotary-factor (", o.partial_rotary_factor, ") must be in (0, 1]");
+    cfg.partial_rotary_factor = o.partial_rotary_factor;
+  }
+  require(!(o.truncate && o.no_truncate), fn, "--truncate and --no-truncate contradict each other: give one");
+  if (o.truncate) sc.truncate = true;
+  if (o.no_truncate) sc.truncate = false;
+  if (!o.short_factor.empty()) sc.short_factor = parse_numbers("--short-factor", o.short_factor);
+  if (!o.long_factor.empty()) sc.long_factor = parse_numbers("--long-factor", o.long_factor);
+  if (sc.rope_type == "longrope")
+    require(!sc.short_factor.empty() && !sc.long_factor.empty(), fn,
+            "--rope-type longrope needs --short-factor and --long-factor (or an --hf-config file with them): ",
+            "rotary_dim / 2 = ", rotary_dim(cfg) / 2, " numbers each");
+  return cfg;
+}
+
 int run(const Options& o, const GlobalOptions& g) {
   if (g.format == "markdown") {
     std::cout << markdown(g);
@@ -489,39 +612,42 @@ int run(const Options& o, const GlobalOptions& g) {
   const char* fn = "02_position_encoding";
   require_positive(fn, "--seq", o.seq);
   require_positive(fn, "--heads", o.heads);
-  require(o.head_dim > 0 && o.head_dim % 2 == 0, fn, "--head-dim (", o.head_dim, ") must be positive and even");
   require(o.first_position >= 0, fn, "--first-position (", o.first_position, ") must be >= 0");
   if (!o.svg.empty()) {
     require(o.figure == "scaling" || o.figure == "decay", fn, "--figure ('", o.figure, "') must be scaling or decay");
-    require(std::isfinite(o.factor) && o.factor > 1, fn, "--factor (", o.factor, ") must be > 1 for the figure");
-    write_svg(o.svg, o.figure == "scaling" ? scaling_figure(o.factor) : decay_figure());
+    const double factor = std::isnan(o.factor) ? kDefaultFactor : o.factor;
+    require(std::isfinite(factor) && factor > 1, fn, "--factor (", factor, ") must be > 1 for the figure");
+    write_svg(o.svg, o.figure == "scaling" ? scaling_figure(factor) : decay_figure());
     std::cout << "wrote " << o.svg << "\n";
     return 0;
   }
   const RopeLayout layout = parse_layout(o.layout);
-  require(o.rope_type == "default" || o.rope_type == "linear" || o.rope_type == "dynamic" || o.rope_type == "yarn", fn,
-          "--rope-type ('", o.rope_type, "') must be default, linear, dynamic or yarn");
-  require(std::isfinite(o.factor) && o.factor >= 1, fn, "--factor (", o.factor, ") must be finite and >= 1");
-  require(std::isfinite(o.theta) && o.theta > 1, fn, "--theta (", o.theta, ") must be finite and > 1");
-  require(o.original_length > 0, fn, "--original-length (", o.original_length, ") must be positive");
-  const RopeConfig cfg = rope_config(o.head_dim, o.theta, o.rope_type, o.factor, o.original_length);
-  const RopeFrequencies freqs = ref::rope_frequencies(cfg, o.first_position + o.seq);
-  const Inputs in = make_inputs(g.seed, o.heads, o.seq, o.head_dim, freqs, layout, o.first_position);
+  const RopeConfig cfg = resolve_rope_config(o);
+  // n = the last position + 1: dynamic NTK rescales its base for it, longrope picks its list by it.
+  const long long seq_len = o.first_position + o.seq;
+  const RopeFrequencies freqs = ref::rope_frequencies(cfg, seq_len);
+  const Inputs in = make_inputs(g.seed, o.heads, o.seq, cfg.head_dim, freqs, layout, o.first_position);
   // The reference first: it validates everything, so --step never prints an invalid case.
   const Run expected = *run_on(reference_backend(ch02::backends()), in);
-  if (o.step) step_through(o, in);
+  if (o.step) step_through(cfg, in);
   Dump dump(o.dump);
   dump.write("q", in.q);
   dump.write("k", in.k);
   dump.write("v", in.v);
   dump.write("inv_freq", Tensor1(xt::cast<float>(freqs.inv_freq)));
+  const RopeScaling& sc = cfg.rope_scaling;
+  const std::vector<double> inv_freq(freqs.inv_freq.begin(), freqs.inv_freq.end());
   const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
-                         "RoPE (" + o.rope_type + ", " + o.layout + "), ALiBi and attention with each: heads " +
+                         "RoPE (" + sc.rope_type + ", " + o.layout + "), ALiBi and attention with each: heads " +
                              std::to_string(o.heads) + ", seq " + std::to_string(o.seq) + ", head_dim " +
-                             std::to_string(o.head_dim) + ", seed " + std::to_string(g.seed),
-                         {{"heads", o.heads}, {"seq", o.seq}, {"head_dim", o.head_dim}, {"rope_type", o.rope_type},
-                          {"factor", cfg.rope_scaling.factor}, {"layout", o.layout},
-                          {"attention_factor", freqs.attention_factor}},
+                             std::to_string(cfg.head_dim) + ", seed " + std::to_string(g.seed),
+                         {{"heads", o.heads}, {"seq", o.seq}, {"head_dim", cfg.head_dim}, {"rope_type", sc.rope_type},
+                          {"factor", sc.factor}, {"layout", o.layout}, {"rope_theta", cfg.rope_theta},
+                          {"max_position_embeddings", cfg.max_position_embeddings},
+                          {"original_max_position_embeddings", sc.original_max_position_embeddings},
+                          {"partial_rotary_factor", cfg.partial_rotary_factor}, {"rotary_dim", rotary_dim(cfg)},
+                          {"seq_len", seq_len}, {"attention_factor", freqs.attention_factor},
+                          {"inv_freq", inv_freq}},
                          g.format == "json"};
   return run_backends(ch02::backends(), o.backend, [&in](const ch02::Backend& b) { return run_on(b, in); }, expected,
                       dump, report);
@@ -534,7 +660,7 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = TVLAB_CHAPTER_NAME;
   c.alias = "rope";
-  c.summary = "sinusoidal and learned positions, RoPE, PI / NTK / dynamic NTK / YaRN, ALiBi, extrapolation";
+  c.summary = "sinusoidal and learned positions, RoPE, PI / NTK / dynamic NTK / YaRN / Llama 3 / LongRoPE, ALiBi, extrapolation";
   c.figures.push_back({"docs/figures/ch02_frequency_scaling.svg", "rope --figure scaling --factor 4"});
   c.figures.push_back({"docs/figures/ch02_logit_decay.svg", "rope --figure decay"});
   c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
@@ -545,12 +671,51 @@ Chapter TVLAB_CHAPTER_ENTRY() {
         backend_lines(ch02::backends()), [o, &global] { return run(*o, global); });
     sub.option("--seq", o->seq, "number of positions");
     sub.option("--heads", o->heads, "number of heads");
-    sub.option("--head-dim", o->head_dim, "head dimension d (even)");
-    sub.option("--theta", o->theta, "RoPE base (rope_theta)");
-    sub.option("--layout", o->layout, "interleaved (pairs 2i, 2i+1) or half_split (pairs i, i + d/2)");
-    sub.option("--rope-type", o->rope_type, "default | linear | dynamic | yarn");
-    sub.option("--factor", o->factor, "context extension factor s");
-    sub.option("--original-length", o->original_length, "pre-training length L");
+    sub.option("--head-dim", o->head_dim, "head dimension d (even; default 8)", ShowDefault::no);
+    sub.option("--theta", o->theta, "RoPE base (rope_theta; default 10000)", ShowDefault::no);
+    sub.option("--layout", o->layout, "interleaved (pairs 2i, 2i+1) or half_split (pairs i, i + d_r/2)");
+    sub.option("--rope-type", o->rope_type,
+               "default | linear | dynamic | yarn | llama3 | longrope (default yarn). dynamic: for n = "
+               "first position + seq > L = max_position_embeddings (not the original length: Hugging Face "
+               "measures dynamic NTK in max_position_embeddings) the base becomes "
+               "theta (s n / L - (s - 1))^(d_r/(d_r-2)); up to L nothing changes. longrope: the long factors "
+               "for n > original length, the short ones up to it",
+               ShowDefault::no);
+    sub.option("--factor", o->factor,
+               "context extension factor s (default 4; from --hf-config without one: max_position_embeddings / "
+               "original length for yarn and longrope)",
+               ShowDefault::no);
+    sub.option("--original-length", o->original_length,
+               "pre-training length L (rope_scaling.original_max_position_embeddings; default 4096, and without "
+               "--hf-config also max_position_embeddings)",
+               ShowDefault::no);
+    sub.option("--max-position-embeddings", o->max_position_embeddings,
+               "the extended context length (default: the original length)", ShowDefault::no);
+    sub.option("--beta-fast", o->beta_fast, "yarn: pairs turning more than this in L keep theta (default 32)",
+               ShowDefault::no);
+    sub.option("--beta-slow", o->beta_slow, "yarn: pairs turning fewer times than this in L get theta / s (default 1)",
+               ShowDefault::no);
+    sub.option("--mscale", o->mscale, "yarn (DeepSeek): attention factor = mscale(s, mscale) / mscale(s, mscale_all_dim)",
+               ShowDefault::no);
+    sub.option("--mscale-all-dim", o->mscale_all_dim, "yarn (DeepSeek): see --mscale", ShowDefault::no);
+    sub.option("--attention-factor", o->attention_factor,
+               "yarn, longrope: the factor of cos and sin, instead of the one computed from s", ShowDefault::no);
+    sub.option("--low-freq-factor", o->low_freq_factor,
+               "llama3: wavelengths above L / low_freq_factor are divided by s (default 1)", ShowDefault::no);
+    sub.option("--high-freq-factor", o->high_freq_factor,
+               "llama3: wavelengths below L / high_freq_factor are kept (default 4)", ShowDefault::no);
+    sub.option("--short-factor", o->short_factor, "longrope: rotary_dim / 2 divisors of theta_i, commas between",
+               ShowDefault::no);
+    sub.option("--long-factor", o->long_factor, "longrope: as --short-factor, for sequences beyond L",
+               ShowDefault::no);
+    sub.option("--partial-rotary-factor", o->partial_rotary_factor,
+               "rotate only the first d_r = floor(d p) coordinates of each head (default 1)", ShowDefault::no);
+    sub.flag("--truncate", o->truncate, "yarn: round the ramp's ends to whole pairs (the default)");
+    sub.flag("--no-truncate", o->no_truncate, "yarn: keep the ramp's fractional ends (truncate: false)");
+    sub.option("--hf-config", o->hf_config,
+               "read rope_theta, max_position_embeddings, head_dim, partial_rotary_factor and rope_scaling / "
+               "rope_parameters from a Hugging Face config.json; the options given here override them",
+               ShowDefault::no);
     sub.option("--first-position", o->first_position, "position of the first token");
     sub.option("--svg", o->svg, "draw the figure chosen by --figure into FILE", ShowDefault::no);
     sub.option("--figure", o->figure,

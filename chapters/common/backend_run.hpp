@@ -43,11 +43,11 @@
 
 namespace tvlab::cli {
 
-/// A number, text or truth value in the JSON report. (The chapters describe their runs with these;
-/// the JSON library is compiled in backend_run.cpp only.)
+/// A number, text or truth value in the JSON report, or a list of numbers. (The chapters describe
+/// their runs with these; the JSON library is compiled in backend_run.cpp only.)
 class JsonScalar {
  public:
-  using Value = std::variant<bool, long long, unsigned long long, double, std::string>;
+  using Value = std::variant<bool, long long, unsigned long long, double, std::string, std::vector<double>>;
   JsonScalar(bool v) : value_(v) {}
   JsonScalar(int v) : value_(static_cast<long long>(v)) {}
   JsonScalar(long v) : value_(static_cast<long long>(v)) {}
@@ -58,6 +58,7 @@ class JsonScalar {
   JsonScalar(double v) : value_(v) {}
   JsonScalar(const char* v) : value_(std::string(v)) {}
   JsonScalar(std::string v) : value_(std::move(v)) {}
+  JsonScalar(std::vector<double> v) : value_(std::move(v)) {}
   const Value& value() const { return value_; }
 
  private:

@@ -17,8 +17,9 @@ namespace tvlab::student {
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
   // BEGIN EXERCISE 02.1 "RoPE in both layouts" "RoPE: rotating pairs"
   validate_rope_input("apply_rope", x, freqs, position_offset);
-  const std::size_t heads = x.shape()[0], seq = x.shape()[1], pairs = x.shape()[2] / 2;
-  Tensor3 y = Tensor3::from_shape(x.shape());
+  // pairs: one per frequency (fewer than head_dim / 2 rotate only the first 2 * pairs coordinates).
+  const std::size_t heads = x.shape()[0], seq = x.shape()[1], pairs = freqs.inv_freq.size();
+  Tensor3 y = x;  // coordinates past 2 * pairs pass through
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t t = 0; t < seq; ++t)
       for (std::size_t i = 0; i < pairs; ++i) {
@@ -36,6 +37,13 @@ Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout la
 }
 
 RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
+  // Exercise 02.3 covers the four classic types over whole heads; llama3, longrope and partial
+  // rotation are left to ref::rope_frequencies.
+  const std::string& type = cfg.rope_scaling.rope_type;
+  require(type != "llama3" && type != "longrope", "rope_frequencies", "rope_scaling.rope_type ('",
+          type, "') is not part of exercise 02.3 (default, linear, dynamic, yarn)");
+  require(cfg.partial_rotary_factor == 1.0, "rope_frequencies", "partial_rotary_factor (", cfg.partial_rotary_factor,
+          ") other than 1 is not part of exercise 02.3");
   // BEGIN EXERCISE 02.3 "inverse frequencies: default, linear, dynamic, yarn" "Context extension: PI, NTK-aware, dynamic NTK, YaRN"
   validate_rope_config("rope_frequencies", cfg);
   require(seq_len >= 0, "rope_frequencies", "seq_len (", seq_len, ") must be >= 0 (0: max_position_embeddings)");

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -13,8 +14,10 @@ namespace {
 // Work on a row only pays for a thread when the matrix is big enough.
 bool worth_threading(std::size_t rows, std::size_t d) { return rows > 1 && rows * d >= 16384; }
 
+// The statistics of one row: its values are centred as (x - shift) - offset, mean = shift + offset.
 struct RowStats {
-  float mean;
+  float shift;   // the row's first value
+  float offset;  // mean - shift, small when the shift is near the mean
   float rstd;
   float sum_sq;  // sum of (x - mean)^2, kept to spot rows that float cannot handle
 };
@@ -23,19 +26,34 @@ struct RowStats {
 // have lost most of their digits: such rows are redone in double.
 constexpr float kTinySumOfSquares = 1e-30f;
 
-// Two SIMD passes in float: the mean, then the variance around it (no E[x^2] - E[x]^2
-// cancellation, which loses everything when |mean| >> std). Float keeps eight (AVX2) or
-// sixteen (AVX-512) lanes per register, so the passes run at memory speed; rows where float is
-// not enough are redone in double (see redo_flagged_rows).
+// Two SIMD passes in float, shifted and corrected (Chan, Golub and LeVeque's corrected two-pass
+// algorithm), so that the error depends on the row's spread, not on its mean:
+//   pass 1: o = sum_j (x_j - k) / d with k = x_0. A plain float sum of x_j would carry rounding
+//           errors of the size of |mean| (about u |mean| sqrt(d) / lanes), and every centred value
+//           would inherit them; x_j - k is exact for the values near k (Sterbenz) and of the size
+//           of the spread, so the sum's errors are too.
+//   pass 2: c_j = (x_j - k) - o, S = sum_j c_j^2 and the correction e = sum_j c_j / d (zero in exact
+//           arithmetic: it measures what pass 1 lost, which matters when x_0 is far from the mean);
+//           var = S / d - e^2, offset = o + e.
+// No E[x^2] - E[x]^2 cancellation. Float keeps eight (AVX2) or sixteen (AVX-512) lanes per register,
+// so the passes run at memory speed; rows where float is not enough are redone in double (see
+// redo_flagged_rows).
 RowStats layer_norm_stats(const float* x, std::size_t d, double eps) {
+  const float shift = x[0];
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (std::size_t j = 0; j < d; ++j) sum += x[j];
-  const float mean = sum / static_cast<float>(d);
-  float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-  for (std::size_t j = 0; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
-  return {mean, static_cast<float>(1.0 / std::sqrt(static_cast<double>(sq) / static_cast<double>(d) + eps)), sq};
+  for (std::size_t j = 0; j < d; ++j) sum += x[j] - shift;
+  const float o = sum / static_cast<float>(d);
+  float sq = 0.0f, residual = 0.0f;
+#pragma omp simd reduction(+ : sq, residual)
+  for (std::size_t j = 0; j < d; ++j) {
+    const float c = (x[j] - shift) - o;
+    sq += c * c;
+    residual += c;
+  }
+  const double e = static_cast<double>(residual) / static_cast<double>(d);
+  const double var = std::max(static_cast<double>(sq) / static_cast<double>(d) - e * e, 0.0);
+  return {shift, static_cast<float>(o + e), static_cast<float>(1.0 / std::sqrt(var + eps)), sq};
 }
 
 // The backward pass has no memory-bandwidth target to meet (it reads x, dy and writes dx), so
@@ -118,13 +136,14 @@ void layer_norm_into(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta
     const float* xr = x.data() + static_cast<std::size_t>(t) * d;
     float* yr = y.data() + static_cast<std::size_t>(t) * d;
     const RowStats s = layer_norm_stats(xr, d, eps);
-    if (!std::isfinite(s.mean) || !std::isfinite(s.rstd) || s.rstd == 0.0f || s.sum_sq < kTinySumOfSquares) {
+    if (!std::isfinite(s.offset) || !std::isfinite(s.rstd) || s.rstd == 0.0f || s.sum_sq < kTinySumOfSquares) {
       flagged[static_cast<std::size_t>(t)] = 1;
       continue;
     }
-    // Fused: y = gamma * (x - mean) * rstd + beta in one pass.
+    // Fused: y = gamma * (x - mean) * rstd + beta in one pass, x - mean as (x - shift) - offset:
+    // never the float mean itself, whose rounding (u |mean|) would shift every output.
 #pragma omp simd
-    for (std::size_t j = 0; j < d; ++j) yr[j] = g[j] * ((xr[j] - s.mean) * s.rstd) + b[j];
+    for (std::size_t j = 0; j < d; ++j) yr[j] = g[j] * (((xr[j] - s.shift) - s.offset) * s.rstd) + b[j];
   }
   redo_flagged_rows("layer_norm", x, flagged, [&](std::size_t t) {
     layer_norm_row_in_double(x.data() + t * d, g, b, y.data() + t * d, d, eps);

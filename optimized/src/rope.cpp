@@ -46,7 +46,8 @@ namespace {
 // finite (checked in the same pass, see rotate_row).
 bool rotate_rows(Tensor3& x, const RopeCache& cache, RopeLayout layout, std::size_t cache_row0) {
   constexpr std::size_t kBlock = 64;
-  const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = d / 2;
+  // pairs < d / 2 (partial rotation): the coordinates past 2 * pairs are left as they are.
+  const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2], pairs = cache.pairs;
   const auto blocks = static_cast<std::ptrdiff_t>((seq + kBlock - 1) / kBlock);
   float probe = 0.0f;
 #pragma omp parallel for schedule(static) reduction(+ : probe) if (x.size() > 65536)
@@ -69,7 +70,8 @@ void apply_rope_inplace(Tensor3& x, const RopeCache& cache, RopeLayout layout, l
   require_nonempty(fn, "x", x);
   const std::size_t seq = x.shape()[1], d = x.shape()[2];
   require(d % 2 == 0, fn, "x has head_dim ", d, "; it must be even (RoPE rotates pairs)");
-  require(cache.pairs == d / 2, fn, "the cache has ", cache.pairs, " pairs, x needs head_dim / 2 = ", d / 2);
+  require(cache.pairs >= 1 && cache.pairs <= d / 2, fn, "the cache has ", cache.pairs,
+          " pairs; x has head_dim / 2 = ", d / 2, " (a cache may rotate fewer pairs, not more)");
   require(position_offset >= cache.first_position &&
               position_offset - cache.first_position + static_cast<long long>(seq) <=
                   static_cast<long long>(cache.positions),

@@ -1,5 +1,6 @@
 #include "tvlab/opt/rope_attention.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "detail/attention_heads.hpp"
@@ -44,11 +45,14 @@ Tensor3 rope_attention_v2(const Tensor3& q, const Tensor3& k, const Tensor3& v, 
   const RopeCache cache = make_rope_cache(rope.freqs, rope.first_position, static_cast<long long>(seq_k));
   const std::size_t q_size = seq_q * head_dim, k_size = seq_k * head_dim;
   std::vector<float> rotated(static_cast<std::size_t>(threads) * (q_size + k_size));
+  // With partial rotation (cache.pairs < head_dim / 2) the coordinates past 2 * pairs are copied as they are.
+  const std::size_t rotated_dims = 2 * cache.pairs;
   auto rotate_head = [&](const float* src, float* dst, std::size_t rows, std::size_t first_cache_row) {
     for (std::size_t t = 0; t < rows; ++t) {
       const std::size_t c = (first_cache_row + t) * cache.pairs;
       (void)detail::rotate_row(src + t * head_dim, dst + t * head_dim, cache.cos.data() + c, cache.sin.data() + c,
                                cache.pairs, rope.layout);  // inputs already checked
+      std::copy(src + t * head_dim + rotated_dims, src + (t + 1) * head_dim, dst + t * head_dim + rotated_dims);
     }
   };
   return detail::attention_by_heads(

@@ -41,11 +41,12 @@ double ntk_aware_base(double base, double alpha, int head_dim) {
 RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
   const char* fn = "rope_frequencies";
   validate_rope_config(fn, cfg);
-  require(seq_len >= 0, fn, "seq_len (", seq_len, ") must be >= 0 (0: max_position_embeddings)");
+  require(seq_len >= 0, fn, "seq_len (", seq_len, ") must be >= 0 (0: no length given)");
   const RopeScaling& sc = cfg.rope_scaling;
-  const int d = cfg.head_dim;
+  // d: the rotated coordinates (head_dim unless partial_rotary_factor < 1); the exponents are 2i / d.
+  const int d = rotary_dim(cfg);
   const double s = sc.factor;
-  // L: the pre-training length the scaling is measured against (yarn; linear does not need it).
+  // L: the pre-training length the scaling is measured against (yarn, llama3, longrope).
   const double original_length = static_cast<double>(
       sc.original_max_position_embeddings > 0 ? sc.original_max_position_embeddings : cfg.max_position_embeddings);
 
@@ -64,9 +65,15 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
   } else if (sc.rope_type == "yarn") {
     // Correction range in pair indices, from the ORIGINAL length: pairs that rotate more than
     // beta_fast times in L keep theta_i (extrapolate), fewer than beta_slow times use theta_i / s
-    // (interpolate), a linear ramp in between.
-    double low = std::floor(yarn_correction_dim(sc.beta_fast, d, cfg.rope_theta, original_length));
-    double high = std::ceil(yarn_correction_dim(sc.beta_slow, d, cfg.rope_theta, original_length));
+    // (interpolate), a linear ramp in between. With truncate (the default) the ends are rounded
+    // outwards to whole pairs, as the YaRN paper's code does; without, the ramp starts and ends
+    // at the fractional indices.
+    double low = yarn_correction_dim(sc.beta_fast, d, cfg.rope_theta, original_length);
+    double high = yarn_correction_dim(sc.beta_slow, d, cfg.rope_theta, original_length);
+    if (sc.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
     low = std::max(low, 0.0);
     high = std::min(high, static_cast<double>(d - 1));
     if (high == low) high += 0.001;  // avoid a zero-width ramp
@@ -84,6 +91,35 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len) {
     } else {
       out.attention_factor = yarn_get_mscale(s, 1.0);
     }
+  } else if (sc.rope_type == "llama3") {
+    // Llama 3.1's smoothing, by wavelength lambda_i = 2 pi / theta_i against L:
+    //   lambda_i < L / high_freq_factor: theta_i (fast pairs, many turns in L, kept);
+    //   lambda_i > L / low_freq_factor:  theta_i / s (slow pairs, interpolated);
+    //   between: (1 - g) theta_i / s + g theta_i with g = (L / lambda_i - low) / (high - low),
+    // which is 1 at the first boundary and 0 at the second, so theta'_i is continuous.
+    const double low = sc.low_freq_factor, high = sc.high_freq_factor;
+    for (std::size_t i = 0; i < out.inv_freq.size(); ++i) {
+      const double theta = out.inv_freq(i);
+      const double wavelength = 2.0 * std::numbers::pi / theta;
+      if (wavelength < original_length / high) continue;
+      if (wavelength > original_length / low) {
+        out.inv_freq(i) = theta / s;
+        continue;
+      }
+      const double g = (original_length / wavelength - low) / (high - low);
+      out.inv_freq(i) = (1.0 - g) * theta / s + g * theta;
+    }
+  } else if (sc.rope_type == "longrope") {
+    // LongRoPE (Ding et al. 2024): a searched divisor per pair, theta_i / lambda_i, with the short
+    // list for sequences up to L and the long list beyond (seq_len 0: no length given, short);
+    // cos and sin are scaled by sqrt(1 + ln s / ln L) (1 for s <= 1) unless attention_factor is given.
+    const std::vector<double>& lambda = seq_len > static_cast<long long>(original_length) ? sc.long_factor
+                                                                                          : sc.short_factor;
+    for (std::size_t i = 0; i < out.inv_freq.size(); ++i) out.inv_freq(i) /= lambda[i];
+    if (sc.attention_factor)
+      out.attention_factor = *sc.attention_factor;
+    else if (s > 1.0)
+      out.attention_factor = std::sqrt(1.0 + std::log(s) / std::log(original_length));
   }
   return out;
 }
@@ -101,8 +137,9 @@ double deepseek_softmax_scale_factor(const RopeScaling& sc) {
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
   validate_rope_input("apply_rope", x, freqs, position_offset);
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2];
-  const std::size_t pairs = d / 2;
-  Tensor3 y = Tensor3::from_shape({heads, seq, d});
+  // The rotated pairs: head_dim / 2, or fewer when only the first 2 * pairs coordinates rotate.
+  const std::size_t pairs = freqs.inv_freq.size();
+  Tensor3 y = x;  // the coordinates past 2 * pairs pass through unchanged
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t t = 0; t < seq; ++t) {
       const double m = static_cast<double>(position_offset) + static_cast<double>(t);

@@ -248,6 +248,53 @@ TEST_P(LayerNorm, ignores_a_shift_of_the_row) {
                       {"layer_norm(x + 64) vs layer_norm(x)", {"t", "j"}, 0, "", "subtract the mean"}));
 }
 
+TEST_P(LayerNorm, keeps_float_accuracy_when_the_mean_dwarfs_the_spread) {
+  const Backend& impl = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(impl);
+  // Rows with mean +30, -30 and +1000 and unit spread, 1024 wide (every SIMD path, a tail-free width).
+  constexpr std::size_t rows = 3, d = 1024;
+  const double means[rows] = {30.0, -30.0, 1000.0};
+  Rng rng(31);
+  Tensor2 x = rng.normal_matrix(rows, d);
+  for (std::size_t t = 0; t < rows; ++t)
+    for (std::size_t j = 0; j < d; ++j) x(t, j) += static_cast<float>(means[t]);
+  const Tensor1 gamma = rng.normal_vector(d, 1.0, 0.3), beta = rng.normal_vector(d, 0.0, 0.3);
+  const DTensor1 beta_d = to_double(beta);
+  const DTensor2 expected = norm_oracle(to_double(x), to_double(gamma), &beta_d, 1e-5);
+  const Tensor2 y = impl.layer_norm(x, gamma, beta, 1e-5);
+  // The float32 error of the two-pass formula (mean, then the mean of (x - mu)^2) when x - mu is
+  // formed without rounding at the scale of |mu|: the inputs are exact floats, so each centred
+  // value carries a few roundings of its own size and of sigma's (the shift and the offset), rstd
+  // a few relative roundings, gamma * xhat + beta one each. With u = 2^-24:
+  //   |y_j - y*_j| <= 8u (|gamma_j| (|xhat_j| + 1) + |beta_j|).
+  // A mean rounded to float, or summed in float from values of size |mu|, moves every x_j - mu by
+  // about u |mu| sqrt(d / lanes): 30 to 1000 times sigma's share, far beyond this bound.
+  const double u = std::ldexp(1.0, -24);
+  double worst = 0.0;
+  std::size_t worst_t = 0, worst_j = 0;
+  for (std::size_t t = 0; t < rows; ++t) {
+    double mean = 0.0, var = 0.0;
+    for (std::size_t j = 0; j < d; ++j) mean += static_cast<double>(x(t, j)) / d;
+    for (std::size_t j = 0; j < d; ++j) var += (x(t, j) - mean) * (x(t, j) - mean) / d;
+    for (std::size_t j = 0; j < d; ++j) {
+      const double xhat = (x(t, j) - mean) / std::sqrt(var + 1e-5);
+      const double bound = 8 * u * (std::fabs(gamma(j)) * (std::fabs(xhat) + 1) + std::fabs(beta(j)));
+      const double ratio = std::fabs(y(t, j) - expected(t, j)) / bound;
+      if (!(ratio <= worst)) {
+        worst = ratio;
+        worst_t = t;
+        worst_j = j;
+      }
+    }
+  }
+  EXPECT_LE(worst, 1.0) << "layer_norm on rows with mean " << means[worst_t]
+                        << " and unit spread: the worst element (t, j) = (" << worst_t << ", " << worst_j
+                        << ") is off by " << std::fabs(y(worst_t, worst_j) - expected(worst_t, worst_j)) << ", "
+                        << worst << " times the bound 8u (|gamma| (|xhat| + 1) + |beta|). Hint: a plain float sum "
+                        << "of the row carries errors of size u |mean|; sum x - x_0 instead, and centre as "
+                        << "(x - x_0) - offset (seed 31, " << impl.name << ")";
+}
+
 TEST_P(RmsNorm, ignores_a_scale_of_the_row_when_eps_is_zero) {
   const Backend& impl = GetParam();
   TVLAB_EXERCISE(impl, "01.1");

@@ -662,7 +662,7 @@ TEST_P(PositionalAttention, rejects_bad_positions_naming_the_parameter) {
   cfg.mask.alibi_slopes = DTensor1{0.5, -0.25};
   EXPECT_TRUE(throws_error_naming([&] { impl.attention(q, k, k, cfg); }, {"mask.alibi_slopes", ">= 0"}));
   cfg.mask.alibi_slopes.reset();
-  rc.head_dim = 6;
+  rc.head_dim = 10;  // five frequencies for four pairs
   AttentionRope rope{ref::rope_frequencies(rc), RopeLayout::half_split, 0};
   EXPECT_TRUE(throws_error_naming([&] { impl.rope_attention(q, k, k, rope, cfg); }, {"inv_freq", "head_dim / 2"}));
   rc.head_dim = 8;

@@ -6,7 +6,7 @@
 
 namespace tvlab::cuda {
 namespace device {
-void apply_rope_inplace(float*, std::size_t, std::size_t, std::size_t, const float*, const float*, bool) {
+void apply_rope_inplace(float*, std::size_t, std::size_t, std::size_t, std::size_t, const float*, const float*, bool) {
   no_cuda("apply_rope_inplace");
 }
 }  // namespace device

@@ -45,9 +45,9 @@ Tensor3 run_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, cons
     table.emplace("rope_attention", rope->freqs, rope->first_position, args.seq_k);
     const bool interleaved = rope->layout == RopeLayout::interleaved;
     const std::size_t query_row = args.seq_k - args.seq_q;
-    device::apply_rope_inplace(inputs.q.get(), args.heads * args.seq_q, args.seq_q, args.head_dim,
+    device::apply_rope_inplace(inputs.q.get(), args.heads * args.seq_q, args.seq_q, args.head_dim, table->pairs,
                                table->cos_from(query_row), table->sin_from(query_row), interleaved);
-    device::apply_rope_inplace(inputs.k.get(), args.heads * args.seq_k, args.seq_k, args.head_dim, table->cos_from(0),
+    device::apply_rope_inplace(inputs.k.get(), args.heads * args.seq_k, args.seq_k, args.head_dim, table->pairs, table->cos_from(0),
                                table->sin_from(0), interleaved);
   }
   inputs.bind(args);

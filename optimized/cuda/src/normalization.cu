@@ -11,23 +11,36 @@ using tvlab::cuda::detail::block_sum;
 constexpr int kThreads = 256;
 
 // The statistics of row xr, by block reductions over its cols values: mean (LayerNorm; 0 for
-// RMSNorm) and rstd = 1/sigma. The sums are accumulated in double: the kernels are memory-bound,
-// so this costs nothing, and squares of |x| > 1.8e19 cannot overflow. Every thread gets both.
+// RMSNorm) and rstd = 1/sigma. The same shifted, corrected two-pass method as the CPU's
+// (optimized/src/normalization.cpp, layer_norm_stats): with k = x_0, o = sum (x_j - k) / n, then
+// S = sum c_j^2 and e = sum c_j / n for c_j = (x_j - k) - o, var = S / n - e^2 and mean = k + o + e,
+// so the rounding errors scale with the row's spread, not its mean. The sums are accumulated in
+// double: the kernels are memory-bound, so this costs nothing, and squares of |x| > 1.8e19 cannot
+// overflow. Every thread gets both.
 struct RowStats {
   double mean, rstd;
 };
 
 template <bool kLayerNorm>
 __device__ RowStats row_stats(const float* xr, int cols, double eps, double* scratch) {
-  double mean = 0.0;
-  if (kLayerNorm) {
-    double s = 0.0;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
-    mean = block_sum(s, scratch) / cols;
+  if (!kLayerNorm) {
+    double sq = 0.0;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += static_cast<double>(xr[j]) * xr[j];
+    return {0.0, rsqrt(block_sum(sq, scratch) / cols + eps)};
   }
-  double sq = 0.0;
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
-  return {mean, rsqrt(block_sum(sq, scratch) / cols + eps)};
+  const double shift = xr[0];
+  double s = 0.0;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j] - shift;
+  const double o = block_sum(s, scratch) / cols;
+  double sq = 0.0, residual = 0.0;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const double c = (xr[j] - shift) - o;
+    sq += c * c;
+    residual += c;
+  }
+  const double e = block_sum(residual, scratch) / cols;
+  const double var = fmax(block_sum(sq, scratch) / cols - e * e, 0.0);
+  return {shift + (o + e), rsqrt(var + eps)};
 }
 
 // One block per row: the row's statistics, then y = gamma * (x - mean) * rstd (+ beta) in the

@@ -9,9 +9,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void rope_kernel(float* x, long long total_pairs, int seq, int head_dim, const float* cos_table,
+// pairs <= head_dim / 2: with fewer, only the first 2 * pairs coordinates of a row rotate.
+__global__ void rope_kernel(float* x, long long total_pairs, int seq, int head_dim, int pairs, const float* cos_table,
                             const float* sin_table, bool interleaved) {
-  const int pairs = head_dim / 2;
   for (long long p = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; p < total_pairs;
        p += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long row = p / pairs;
@@ -28,12 +28,12 @@ __global__ void rope_kernel(float* x, long long total_pairs, int seq, int head_d
 
 }  // namespace
 
-void apply_rope_inplace(float* x, std::size_t rows, std::size_t seq, std::size_t head_dim, const float* cos,
-                        const float* sin, bool interleaved) {
-  const long long total_pairs = static_cast<long long>(rows * (head_dim / 2));
+void apply_rope_inplace(float* x, std::size_t rows, std::size_t seq, std::size_t head_dim, std::size_t pairs,
+                        const float* cos, const float* sin, bool interleaved) {
+  const long long total_pairs = static_cast<long long>(rows * pairs);
   if (total_pairs == 0) return;
   rope_kernel<<<detail::grid_stride_blocks(static_cast<std::size_t>(total_pairs), kThreads), kThreads>>>(
-      x, total_pairs, static_cast<int>(seq), static_cast<int>(head_dim), cos, sin, interleaved);
+      x, total_pairs, static_cast<int>(seq), static_cast<int>(head_dim), static_cast<int>(pairs), cos, sin, interleaved);
   TVLAB_CUDA_CHECK(cudaGetLastError());
 }
 

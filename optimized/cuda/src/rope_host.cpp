@@ -42,7 +42,7 @@ Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout la
   const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2];
   const detail::DeviceRopeTable table("apply_rope", freqs, position_offset, seq);
   DeviceBuffer<float> dx(x.data(), x.size());
-  device::apply_rope_inplace(dx.get(), heads * seq, seq, d, table.cos_from(0), table.sin_from(0),
+  device::apply_rope_inplace(dx.get(), heads * seq, seq, d, table.pairs, table.cos_from(0), table.sin_from(0),
                              layout == RopeLayout::interleaved);
   Tensor3 y = Tensor3::from_shape({heads, seq, d});
   dx.download(y.data());

@@ -12,7 +12,8 @@ namespace tvlab::cuda::detail {
 /// cos and sin of \f$ m\theta_i \f$ (times `freqs.attention_factor`) for the positions
 /// m = first_position .. first_position + count - 1, computed on the host in double (angles
 /// m theta reach 1e5 rad and more, where float would lose the phase), stored as float
-/// `[count, pairs]` with pairs = head_dim / 2, and uploaded. The frequencies are already checked
+/// `[count, pairs]` with pairs = the length of `freqs.inv_freq` (head_dim / 2 unless only part of each
+/// head rotates), and uploaded. The frequencies are already checked
 /// (`validate_rope_input`, `validate_attention_rope`); the table checks that the largest angle is
 /// finite (cos and sin of inf are NaN) and throws `tvlab::Error` naming `function` otherwise.
 struct DeviceRopeTable {

@@ -8,7 +8,9 @@
 
 namespace tvlab::opt::detail {
 
-/// Rotates the `pairs` pairs of one row `in` into `out` (which may be `in`): pair i by the angle
+/// Rotates the `pairs` pairs of one row `in` into `out` (which may be `in`), (i, i + pairs) or
+/// (2i, 2i + 1), so with pairs < head_dim / 2 only the first 2 * pairs coordinates (the caller
+/// copies the others when `out` is not `in`): pair i by the angle
 /// whose cosine and sine (times the attention factor) are `cos[i]`, `sin[i]`. Returns
 /// \f$ \sum_j 0 \cdot x_j + 0 \cdot x'_j \f$: 0 when every input and output is finite, NaN otherwise
 /// (inf * 0 and NaN * 0 are NaN), so a caller can check its input, and overflow of its output,

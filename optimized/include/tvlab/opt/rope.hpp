@@ -20,7 +20,8 @@ using ref::rope_frequencies;
 /// @ingroup ch02
 /// cos and sin of \f$ m\theta_i \f$ (times the attention factor) for positions
 /// \f$ m \in [\text{first}, \text{first} + \text{count}) \f$, computed once in double and stored as float
-/// `[count, head_dim / 2]`: applying RoPE then costs four multiplications per pair, no trigonometry.
+/// `[count, pairs]` (pairs = the length of `inv_freq`, head_dim / 2 unless only part of each head
+/// rotates): applying RoPE then costs four multiplications per pair, no trigonometry.
 struct RopeCache {
   long long first_position = 0;
   std::size_t positions = 0, pairs = 0;
@@ -33,7 +34,8 @@ RopeCache make_rope_cache(const RopeFrequencies& freqs, long long first_position
 
 /// @ingroup ch02
 /// Rotates x `[heads, seq, head_dim]` in place using positions first_position + row from
-/// `cache` (which must cover them). Rows run in parallel; the half_split layout's pairs are two
+/// `cache` (which must cover them); a cache of fewer than head_dim / 2 pairs rotates only the first
+/// 2 * pairs coordinates of each row. Rows run in parallel; the half_split layout's pairs are two
 /// contiguous halves and vectorise directly, the interleaved layout's are even/odd lanes.
 /// x is checked for inf/NaN, and the result for overflow, in the same pass (one read of memory, not
 /// two): on a non-finite value the `tvlab::Error` naming `x` is thrown after the pass, and x then

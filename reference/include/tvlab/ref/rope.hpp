@@ -17,8 +17,19 @@ namespace tvlab::ref {
 /// - yarn: per pair, a ramp \f$ \gamma_i \in [0, 1] \f$ over the pair index between the correction
 ///   dimensions of `beta_fast` and `beta_slow` rotations in the original length \f$ L \f$ blends
 ///   \f$ \theta_i \f$ (extrapolation, \f$ \gamma_i = 1 \f$) with \f$ \theta_i / s \f$ (interpolation),
-///   and the attention factor is \f$ 0.1 \ln s + 1 \f$ (or DeepSeek's mscale ratio).
-/// `seq_len` matters only for `dynamic` (0 means max_position_embeddings).
+///   and the attention factor is \f$ 0.1 \ln s + 1 \f$ (or DeepSeek's mscale ratio); `truncate`
+///   rounds the ramp's ends to whole pairs;
+/// - llama3 (Llama 3.1): by wavelength \f$ \lambda_i = 2\pi/\theta_i \f$, pairs with
+///   \f$ \lambda_i < L/h \f$ keep \f$ \theta_i \f$, pairs with \f$ \lambda_i > L/l \f$ get \f$ \theta_i/s \f$,
+///   and between \f$ (1-g)\,\theta_i/s + g\,\theta_i \f$ with \f$ g = (L/\lambda_i - l)/(h - l) \f$
+///   (\f$ l, h \f$ = `low_freq_factor`, `high_freq_factor`);
+/// - longrope (LongRoPE): \f$ \theta_i / \lambda_i \f$ with \f$ \lambda \f$ = `short_factor` for
+///   `seq_len` \f$ \le L \f$ (or 0) and `long_factor` beyond; attention factor
+///   \f$ \sqrt{1 + \ln s / \ln L} \f$ (1 for \f$ s \le 1 \f$) unless `attention_factor` is given.
+///
+/// \f$ d \f$ is `rotary_dim(cfg)` (head_dim unless `partial_rotary_factor` < 1), and there are
+/// \f$ d/2 \f$ frequencies. `seq_len` matters only for `dynamic` and `longrope` (0: no length given,
+/// which is max_position_embeddings for dynamic and the short factors for longrope).
 RopeFrequencies rope_frequencies(const RopeConfig& cfg, long long seq_len = 0);
 
 /// @ingroup ch02
@@ -38,8 +49,11 @@ double ntk_aware_base(double base, double alpha, int head_dim);
 /// Rotates every pair of every row of x `[heads, seq, head_dim]` at position
 /// \f$ m = \text{position\_offset} + \text{row} \f$:
 /// \f$ (x_a, x_b) \mapsto a_f\,(x_a\cos m\theta_i - x_b\sin m\theta_i,\; x_a\sin m\theta_i + x_b\cos m\theta_i) \f$
-/// with \f$ (a, b) = (2i, 2i+1) \f$ (interleaved) or \f$ (i, i + d/2) \f$ (half_split) and
-/// \f$ a_f \f$ = `freqs.attention_factor`.
+/// with \f$ (a, b) = (2i, 2i+1) \f$ (interleaved) or \f$ (i, i + d_r/2) \f$ (half_split) and
+/// \f$ a_f \f$ = `freqs.attention_factor`, for the \f$ d_r/2 \f$ pairs of `freqs.inv_freq`. When
+/// \f$ d_r \f$ < head_dim (partial rotation) the pairs lie in the first \f$ d_r \f$ coordinates, as
+/// Hugging Face's `rotate_half` on `x[..., :rotary_dim]`, and the other coordinates are copied unchanged
+/// (not multiplied by \f$ a_f \f$).
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset = 0);
 
 }  // namespace tvlab::ref
