@@ -1,6 +1,8 @@
 // `tvlab 02_position_encoding` (alias `tvlab rope`): RoPE step by step, the context-extension
 // methods per frequency pair, ALiBi, the extrapolation experiment, learned vs sinusoidal positions.
 
+#include <omp.h>
+
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -9,6 +11,7 @@
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
+#include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/rope_extrapolation.hpp"
@@ -84,9 +87,11 @@ struct Inputs {
 // Agreement threshold for attention (as in the tests): a score is a length-d dot product of
 // size about sqrt(d) after the 1/sqrt(d) scale, the output a length-seq reduction (see
 // tvlab::attention_tolerance). RoPE and ALiBi are elementwise: a few ulp.
+// YaRN's attention factor a_f multiplies the rotated q and k, so the scores by a_f^2.
 double attention_tolerance(const Inputs& in) {
   const std::size_t d = in.q.shape()[2];
-  return tvlab::attention_tolerance(d, in.k.shape()[1], std::sqrt(static_cast<double>(d)),
+  const double a_f = in.freqs.attention_factor;
+  return tvlab::attention_tolerance(d, in.k.shape()[1], a_f * a_f * std::sqrt(static_cast<double>(d)),
                                     static_cast<double>(xt::amax(xt::abs(in.v))()));
 }
 
@@ -99,7 +104,9 @@ std::optional<Run> run_on(const ch02::Backend& b, const Inputs& in) {
   causal.mask.causal = with_alibi.mask.causal = true;
   const AttentionRope rope{in.freqs, in.layout, in.first_position};
   with_alibi.mask.alibi_slopes = ref::alibi_slopes(heads);
-  const double elementwise = 4e-7 * static_cast<double>(xt::amax(xt::abs(in.q))()) + 1e-6;
+  // A rotated coordinate is a_f (x cos - y sin): at most sqrt(2) a_f max|q|, a few ulp of it.
+  const double elementwise =
+      4e-7 * std::sqrt(2.0) * in.freqs.attention_factor * static_cast<double>(xt::amax(xt::abs(in.q))()) + 1e-6;
   const double attention = attention_tolerance(in);
   Run run;
   if (b.apply_rope)
@@ -612,7 +619,11 @@ int run(const Options& o, const GlobalOptions& g) {
   const char* fn = "02_position_encoding";
   require_positive(fn, "--seq", o.seq);
   require_positive(fn, "--heads", o.heads);
-  require(o.first_position >= 0, fn, "--first-position (", o.first_position, ") must be >= 0");
+  // Positions are angles' multipliers in double: whole numbers up to 2^53 stay exact.
+  constexpr long long kMaxPosition = 1LL << 53;
+  require(o.first_position >= 0 && o.first_position <= kMaxPosition - o.seq, "--first-position",
+          "(", o.first_position, ") must be >= 0, and --first-position + --seq at most 2^53 = ", kMaxPosition,
+          " (beyond, positions are no longer exact in double)");
   if (!o.svg.empty()) {
     require(o.figure == "scaling" || o.figure == "decay", fn, "--figure ('", o.figure, "') must be scaling or decay");
     const double factor = std::isnan(o.factor) ? kDefaultFactor : o.factor;
@@ -623,6 +634,21 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   const RopeLayout layout = parse_layout(o.layout);
   const RopeConfig cfg = resolve_rope_config(o);
+  // What the run will take, before anything is allocated: the inputs, every backend's outputs (ALiBi's
+  // bias is heads x seq x seq), the optimized attention's scores per thread; the loop reference's two
+  // causal attentions (RoPE, ALiBi).
+  const auto heads = static_cast<std::uint64_t>(o.heads), n = static_cast<std::uint64_t>(o.seq),
+             d = static_cast<std::uint64_t>(cfg.head_dim);
+  const std::size_t backends = ch02::backends().size();
+  RunCost cost;
+  cost.memory("the inputs q, k, v", {3, heads, n, d}, sizeof(float), "--seq")
+      .memory("every backend's ALiBi bias", {backends + 1, heads, n, n}, sizeof(float), "--seq")
+      .memory("every backend's rotated q and attention outputs", {3 * backends + 3, heads, n, d}, sizeof(float), "--seq")
+      .memory("the scores of one head per thread", {static_cast<std::uint64_t>(omp_get_max_threads()), n, n},
+              sizeof(float), "--seq")
+      .work("the loop reference's two causal attentions, and the other backends'", {heads, n, n, 2 * d + kExpCost},
+            "--seq", backends_work_factor(o.backend, backends));
+  cost.require_affordable(g);
   // n = the last position + 1: dynamic NTK rescales its base for it, longrope picks its list by it.
   const long long seq_len = o.first_position + o.seq;
   const RopeFrequencies freqs = ref::rope_frequencies(cfg, seq_len);
@@ -718,9 +744,9 @@ Chapter TVLAB_CHAPTER_ENTRY() {
                ShowDefault::no);
     sub.option("--first-position", o->first_position, "position of the first token");
     sub.option("--svg", o->svg, "draw the figure chosen by --figure into FILE", ShowDefault::no);
-    sub.option("--figure", o->figure,
-               "scaling: theta'/theta per pair for each method (uses --factor); decay: logit vs distance, "
-               "RoPE vs ALiBi");
+    sub.choice("--figure", o->figure, {"scaling", "decay"},
+               "the figure --svg draws: scaling: theta'/theta per pair for each method (uses --factor); decay: "
+               "logit vs distance, RoPE vs ALiBi");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

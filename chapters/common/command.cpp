@@ -96,6 +96,15 @@ Command add_chapter_command(CommandLine& root, GlobalOptions& global, const std:
     choose_format(global, standard, sub->get_parent()->count("--format") > 0);
     require(!standard.step || global.format == "text", "--step",
             "prints the steps as text: it cannot be combined with --json or --markdown");
+    // A backend asked for by name must exist and be able to run here: say so before anything is
+    // computed or written (--dump).
+    if (standard.backend != "all") {
+      const auto named = std::find_if(backends.begin(), backends.end(),
+                                      [&](const BackendLine& b) { return b.name == standard.backend; });
+      if (named == backends.end()) throw_unknown_backend(standard.backend, backend_names(backends));
+      if (const auto reason = unavailable_reason(named->caps))
+        fail("--backend", named->name, " cannot run: ", *reason);
+    }
     const int rc = run();
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -1,5 +1,7 @@
 // The CUDA runtime behind runtime.hpp: device queries, memory, copies, kernel timing.
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -14,10 +16,32 @@ bool device_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+namespace {
+
+// Why there is no device, in words that are true: the runtime reports "driver version is
+// insufficient" both when the driver is too old and when there is no driver at all.
+std::string why_no_device(cudaError_t status) {
+  if (status == cudaErrorInsufficientDriver) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (!driver) return "no CUDA device: no NVIDIA driver is installed (libcuda.so.1 not found)";
+    dlclose(driver);
+    int driver_version = 0, runtime_version = 0;
+    cudaDriverGetVersion(&driver_version);
+    cudaRuntimeGetVersion(&runtime_version);
+    return "no CUDA device: the NVIDIA driver supports CUDA " + std::to_string(driver_version / 1000) + "." +
+           std::to_string(driver_version % 1000 / 10) + ", older than this build's CUDA runtime " +
+           std::to_string(runtime_version / 1000) + "." + std::to_string(runtime_version % 1000 / 10);
+  }
+  if (status == cudaErrorNoDevice) return "no CUDA device (the driver finds no GPU)";
+  return std::string("no CUDA device: ") + cudaGetErrorString(status);
+}
+
+}  // namespace
+
 std::string device_description() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
+  if (status != cudaSuccess) return why_no_device(status);
   if (count == 0) return "no CUDA device";
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
