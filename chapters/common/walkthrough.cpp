@@ -136,9 +136,15 @@ std::string checks_markdown(const std::vector<DocumentCheck>& checks) {
 namespace {
 template <class T>
 std::string dump_any(const std::string& dir, const std::string& name, const T& tensor) {
-  std::filesystem::create_directories(dir);
   const std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
-  xt::dump_npy(path, tensor);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  require(!error, "--dump", "cannot make the folder '", dir, "': ", error.message());
+  try {
+    xt::dump_npy(path, tensor);
+  } catch (const std::exception& e) {
+    fail("--dump", "cannot write '", path, "': ", e.what());
+  }
   return path;
 }
 }  // namespace
