@@ -51,7 +51,7 @@ function(tvlab_add_chapter chapter)
     # The options every chapter has (--backend, --json, --markdown, --dump, ...), end to end.
     add_test(NAME ${label}.cli_standard COMMAND bash "${PROJECT_SOURCE_DIR}/tests/common/cli_test.sh"
              $<TARGET_FILE:tvlab> ${chapter})
-    set_tests_properties(${label}.cli_standard PROPERTIES LABELS "${label};cli")
+    set_tests_properties(${label}.cli_standard PROPERTIES LABELS "${label};cli;cli-standard")
   endif()
 
   if(TVLAB_BUILD_TESTS AND EXISTS "${tests}")
