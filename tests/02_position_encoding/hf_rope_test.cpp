@@ -13,6 +13,7 @@
 #include "../common/testing.hpp"
 #include "backends.hpp"
 #include "tvlab/core/rng.hpp"
+#include "rope_configs.hpp"
 #include "tvlab/core/rope_hf_config.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/rope.hpp"
@@ -25,14 +26,7 @@ constexpr double kPi = std::numbers::pi;
 
 RopeConfig scaled(const std::string& type, int head_dim, double theta, double factor, long long original,
                   long long max_pos) {
-  RopeConfig c;
-  c.head_dim = head_dim;
-  c.rope_theta = theta;
-  c.max_position_embeddings = max_pos;
-  c.rope_scaling.rope_type = type;
-  c.rope_scaling.factor = factor;
-  c.rope_scaling.original_max_position_embeddings = original;
-  return c;
+  return config(head_dim, theta, type, factor, original, max_pos);
 }
 
 // theta_i = base^(-2i/d) for i < d/2, written as exp(-(2i/d) ln base) (not the code's pow).

@@ -18,6 +18,7 @@
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
 #include "backends.hpp"
+#include "rope_configs.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/alibi.hpp"
@@ -206,16 +207,6 @@ INSTANTIATE_TEST_SUITE_P(Ch02, Rope, ::testing::ValuesIn(tvlab::testing::under_t
 
 class Frequencies : public ::testing::TestWithParam<Backend> {};
 
-RopeConfig config(int d, double theta, const std::string& type, double factor, long long original, long long max_pos) {
-  RopeConfig c;
-  c.head_dim = d;
-  c.rope_theta = theta;
-  c.max_position_embeddings = max_pos;
-  c.rope_scaling.rope_type = type;
-  c.rope_scaling.factor = factor;
-  c.rope_scaling.original_max_position_embeddings = original;
-  return c;
-}
 
 // theta_i = theta^(-2i/d), written as exp(-2i/d ln theta): a different formula order from the
 // implementations', so agreement is not a copy.

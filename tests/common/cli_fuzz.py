@@ -131,7 +131,15 @@ def main():
         runs.append(args)
 
     started = time.monotonic()
-    failures, done, statuses = [], 0, {}
+    failures, statuses = [], {}
+
+    def record(future):
+        args_done, code, stderr, seconds = future.result()
+        statuses[code] = statuses.get(code, 0) + 1
+        why = problem(code, stderr)
+        if why:
+            failures.append((args_done, why, stderr, seconds))
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         pending = set()
         for args in runs:
@@ -142,19 +150,10 @@ def main():
             if len(pending) >= 2 * (os.cpu_count() or 2):
                 finished, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
                 for f in finished:
-                    args_done, code, stderr, seconds = f.result()
-                    done += 1
-                    statuses[code] = statuses.get(code, 0) + 1
-                    why = problem(code, stderr)
-                    if why:
-                        failures.append((args_done, why, stderr, seconds))
+                    record(f)
         for f in concurrent.futures.as_completed(pending):
-            args_done, code, stderr, seconds = f.result()
-            done += 1
-            statuses[code] = statuses.get(code, 0) + 1
-            why = problem(code, stderr)
-            if why:
-                failures.append((args_done, why, stderr, seconds))
+            record(f)
+    done = sum(statuses.values())
 
     print(f"{done} of {len(runs)} runs in {time.monotonic() - started:.0f} s (seed {a.seed}, budget {a.budget:.0f} s); "
           "exit statuses: " + ", ".join(f"{code}: {n}" for code, n in sorted(statuses.items(), key=str)))
