@@ -19,6 +19,7 @@
 #include "tvlab/core/xt.hpp"
 #include "tvlab/cuda/attention_device.hpp"
 #include "tvlab/cuda/blas.hpp"
+#include "tvlab/opt/attention.hpp"
 
 namespace tvlab::bench {
 namespace {
@@ -121,6 +122,27 @@ void cuda_cublas_same_flops(benchmark::State& state) {
   state.counters["TFLOP/s"] = tflops(attention_flops(n));
 }
 
+// 000 L155: "h heads take about the time of one large head". The optimized attention at the same n
+// and d = 512, as h = 8 heads of d_k = 64 (args {n, 8}) or one head of d_k = 512 ({n, 1}): the
+// same 4 n^2 d FLOPs of matrix products, h times the scores and exponentials. Validated against
+// the reference first, like every attention benchmark.
+constexpr std::size_t kModelDim = 512;
+
+void heads_vs_one_wide_head(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), heads = static_cast<std::size_t>(state.range(1));
+  const std::size_t head_dim = kModelDim / heads;
+  Rng rng(4);
+  const Tensor3 q = rng.normal_tensor(heads, n, head_dim), k = rng.normal_tensor(heads, n, head_dim),
+                v = rng.normal_tensor(heads, n, head_dim);
+  const Tolerance tol = attention_output_tolerance(q, k, v, 1 / std::sqrt(static_cast<double>(head_dim)));
+  if (!validate_attention(state, opt::scaled_dot_product_attention(q, k, v), q,
+                          [&](const Tensor3& q_rows) { return reference().sdpa(q_rows, k, v, {}); }, tol))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(opt::scaled_dot_product_attention(q, k, v));
+  state.counters["GFLOP/s"] = gflops(4.0 * static_cast<double>(n) * n * kModelDim);
+  state.counters["heads"] = static_cast<double>(heads);
+}
+
 // The sizes each backend is timed at: the reference loops at the small sizes, the optimized
 // versions (each step of the lesson, and the headline `opt`, which is the last step) up to
 // 2048, the GPU at long sequences, the student's code once.
@@ -148,6 +170,9 @@ void register_benchmarks() {
   add_backends(ch00::backends(), &Backend::softmax, "softmax", softmax, softmax_shapes);
   // The registry's `sdpa`, timed as `<backend>_attention`: ref_attention, opt_v1_attention, ...
   add_backends(ch00::backends(), &Backend::sdpa, "attention", attention, attention_shapes);
+  add_benchmark("heads_vs_one_wide_head", heads_vs_one_wide_head, [](Benchmark* b) {
+    for (std::int64_t n : {512, 1024, 2048}) b->Args({n, 8})->Args({n, 1});
+  });
   add_device_benchmark("cuda_attention_device", cuda_attention_device, cuda_shapes);
   add_device_benchmark("cuda_cublas_same_flops", cuda_cublas_same_flops, cuda_shapes);
 }

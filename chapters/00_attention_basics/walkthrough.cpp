@@ -7,6 +7,7 @@
 #include <iostream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
@@ -91,6 +92,11 @@ std::vector<DocumentCheck> document_checks() {
                            100 * 96 * params.attention / 175e9, fixed(100 * 96 * params.attention / 175e9, 1) + "%"));
   c.push_back(check_number("000 L155", "extra parameters of multi-head over one head (d_k = d/h)", "adds parameters",
                            1, 0.5, 0, "0 (4 d^2 for any h)"));
+  // 003 §2.3 compares multi-head attention with one head of the same d_model (the 2017 shape:
+  // d = 512, h = 8, d_k = 64); like for like, both have W_Q, W_K, W_V and W_O.
+  const double multi = analysis::attention_params(512, 8, 64, true), one = analysis::attention_params(512, 1, 512, true);
+  c.push_back({"003 §2.3", "extra parameters of multi-head (h = 8, d_k = 64) over one head (d_k = 512), d = 512",
+               "\"not large\"", fixed(multi - one, 0) + " (" + fixed(multi, 0) + " each)", multi == one});
   const auto var = analysis::dot_product_scaling(64, 2000, 16, 2024);
   c.push_back(check_number("003 §2.2", "Var(q . k) for d_k = 64, then after / sqrt(d_k)", "d_k, then about 1", 1, 0.1,
                            var.var_scaled, fixed(var.var_unscaled, 2) + ", then " + fixed(var.var_scaled, 3)));
@@ -137,6 +143,41 @@ std::vector<Agreement> agreements(bool include_cuda) {
 
 // ------------------------------------------------------------------------------------- --markdown
 
+// 003 §2.3 ("the extra parameters are not large") and 000 L155 ("h heads take about the time of
+// one large head"): parameters and work of h heads of d_k = d/h against one head of d_k = d.
+std::string multi_head_vs_one_head_markdown() {
+  std::ostringstream md;
+  md << "## Multi-head vs one head of the same d_model (biases included)\n\n";
+  std::vector<std::vector<std::string>> rows;
+  const long long d = 512;
+  const double bare = analysis::attention_params(d, 1, d, false);
+  for (const auto& [label, heads, head_dim, w_o] :
+       {std::tuple{"one head, W_Q W_K W_V only (attention before 2017)", 1LL, d, false},
+        std::tuple{"one head, d_k = d, with W_O", 1LL, d, true}, std::tuple{"8 heads, d_k = d/8 = 64", 8LL, d / 8, true},
+        std::tuple{"64 heads, d_k = d/64 = 8", 64LL, d / 64, true},
+        std::tuple{"8 heads, each d_k = d (not split)", 8LL, d, true}}) {
+    const double p = analysis::attention_params(d, heads, head_dim, w_o);
+    rows.push_back({label, fixed(p, 0), fixed(p / (4.0 * d * d + 4.0 * d), 3), fixed(100 * (p / bare - 1), 1) + "%"});
+  }
+  md << "d = 512 (the 2017 Transformer).\n\n"
+     << markdown_table({"attention block", "parameters", "/ (4d^2 + 4d)", "more than the bare head"}, rows) << '\n';
+
+  md << "The attention core softmax(Q K^T / sqrt(d_k)) V for n queries and keys, d = 512 (projections "
+        "excluded; FLOPs = 2 x multiply-adds):\n\n";
+  rows.clear();
+  for (long long n : {512LL, 1024LL, 4096LL})
+    for (long long heads : {1LL, 8LL}) {
+      const auto w = analysis::attention_core_work(n, heads, d / heads);
+      rows.push_back({std::to_string(n), std::to_string(heads), std::to_string(d / heads), sci(w.matmul_flops),
+                      sci(w.exponentials), analysis::format_bytes(4 * w.score_elements)});
+    }
+  md << markdown_table({"n", "heads h", "d_k", "QK^T and PV FLOPs", "exponentials", "fp32 scores"}, rows)
+     << "\nThe matrix products cost 4 n^2 d FLOPs whatever h is; the softmax's exponentials and the score "
+        "matrices grow h-fold. The measured time is in the lesson (bench `heads_vs_one_wide_head`).\n\n";
+  return md.str();
+}
+
+
 std::string markdown(const GlobalOptions&) {
   std::ostringstream md;
   md << results_header("00_attention_basics", "Chapter 00, attention basics");
@@ -160,6 +201,8 @@ std::string markdown(const GlobalOptions&) {
                     sci(2 * m.total()), fixed(100 * m.ffn_share(), 1) + "%"});
   }
   md << markdown_table({"n", "4nd^2 MACs", "2n^2 d MACs", "FFN MACs", "total FLOPs", "FFN share"}, rows) << '\n';
+
+  md << multi_head_vs_one_head_markdown();
 
   md << "## Why divide by sqrt(d_k): Monte Carlo, 2000 queries x 64 keys, N(0, 1) entries, seed 2024\n\n";
   rows.clear();

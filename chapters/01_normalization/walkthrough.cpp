@@ -1,6 +1,7 @@
 // `tvlab 01_normalization` (alias `tvlab norm`): LayerNorm and RMSNorm step by step, the
 // activations, the FFN variants and their widths, and Post-LN vs Pre-LN with depth.
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -11,7 +12,9 @@
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
+#include "tvlab/analysis/dying_units.hpp"
 #include "tvlab/analysis/ffn_cost.hpp"
+#include "tvlab/analysis/norm_precision.hpp"
 #include "tvlab/analysis/residual_stack.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -79,6 +82,24 @@ std::vector<DocumentCheck> document_checks() {
   c.push_back(check_number("000 L379", "arithmetic per element: LayerNorm 7 (2 reductions), RMSNorm 4 (1 reduction)",
                            "10-15% less compute", 12.5, 5, 100.0 * (7 - 4) / 7,
                            "43% fewer operations, 50% if x - mean is computed twice (time: see bench)"));
+  c.push_back({"000 L371", "LayerNorm's most compute-heavy step (operations per element, of 7)",
+               "mean-centring (a sum and a subtraction)",
+               "variance 2 and scale/shift 2; mean 1 + centring 1 = 2 (a tie at best)", false});
+  {
+    // The stability claim, at mean/spread = 1e4 (rows of norm_precision_markdown).
+    Rng rng(11);
+    const Tensor2 x = rng.normal_matrix(16, 1024, 1e4, 1.0);
+    const double ln = analysis::normwise_relative_error(analysis::layer_norm_float32(x, 1e-5), analysis::layer_norm_exact(x, 1e-5));
+    const double rms = analysis::normwise_relative_error(analysis::rms_norm_float32(x, 1e-5), analysis::rms_norm_exact(x, 1e-5));
+    const Tensor1 gamma = xt::ones<float>({std::size_t{1024}}), beta = xt::zeros<float>({std::size_t{1024}});
+    const double accurate = analysis::normwise_relative_error(reference_backend(ch01::backends()).layer_norm(x, gamma, beta, 1e-5),
+                                                              analysis::layer_norm_exact(x, 1e-5));
+    c.push_back({"000 L379", "float32 error relative to the output at mean/spread 1e4 (d = 1024)",
+                 "RMSNorm is numerically more stable",
+                 "it depends: textbook LayerNorm " + sci(ln, 2) + ", RMSNorm " + sci(rms, 2) + ", ref LayerNorm " +
+                     (accurate < 4 * 5.96e-8 ? std::string("< 4u") : sci(accurate, 2)),
+                 false});
+  }
   const double rms_tiny = rms_after_rms_norm_tiny_row();
   c.push_back(check_number("000 L377", "RMS of RMSNorm(x), x = [1e-3, -2e-3, 3e-3, 5e-4], eps = 1e-5",
                            "always 1", 1, 0.01, rms_tiny, fixed(rms_tiny, 3) + " = sqrt(ms / (ms + eps))"));
@@ -115,6 +136,125 @@ std::vector<Agreement> agreements(bool include_cuda) {
 
 // ------------------------------------------------------------------------------------- --markdown
 
+// 000 L371: "mean-centring is the most compute-heavy step" of LayerNorm. The arithmetic of each
+// step, per element of the row and per row, as the formulas (and ref::layer_norm) do it.
+struct LayerNormStep {
+  const char* name;
+  const char* formula;
+  int ops_per_element;
+  const char* per_element;
+  const char* per_row;
+};
+constexpr LayerNormStep kLayerNormSteps[] = {
+    {"mean", "mu = (1/d) sum_j x_j", 1, "1 add", "1 division"},
+    {"centring", "c_j = x_j - mu", 1, "1 subtract", "-"},
+    {"variance", "sigma^2 = (1/d) sum_j c_j^2", 2, "1 multiply, 1 add", "1 division, 1 add (eps), 1 sqrt, 1 division"},
+    {"normalise", "x_hat_j = c_j / sqrt(sigma^2 + eps)", 1, "1 multiply (by the reciprocal)", "-"},
+    {"scale and shift", "y_j = gamma_j x_hat_j + beta_j", 2, "1 multiply, 1 add", "-"},
+};
+
+int layer_norm_ops_per_element() {
+  int total = 0;
+  for (const auto& step : kLayerNormSteps) total += step.ops_per_element;
+  return total;
+}
+
+std::string layer_norm_steps_markdown() {
+  std::ostringstream md;
+  md << "## LayerNorm step by step: arithmetic per element (000 L371)\n\n";
+  std::vector<std::vector<std::string>> rows;
+  const int total = layer_norm_ops_per_element();
+  for (const auto& step : kLayerNormSteps)
+    rows.push_back({step.name, step.formula, step.per_element, step.per_row,
+                    fixed(100.0 * step.ops_per_element / total, 0) + "%"});
+  md << markdown_table({"step", "formula", "per element", "per row", "share of the per-element operations"}, rows)
+     << "\n" << total
+     << " operations per element (RMSNorm: 1 multiply and 1 add for the sum of squares, 1 multiply by 1/r, 1 by "
+        "gamma: 4). Centring is 1 of them, the mean and the centring together 2, as many as the variance alone or the "
+        "scale and shift alone. Every step reads or writes d floats per row, and one operation per 4-byte element "
+        "is far below what a core can do while the bytes arrive: a norm runs at memory speed (see the lesson), and "
+        "what the mean costs there is a pass over the row and a reduction that the variance must wait for.\n\n";
+  return md.str();
+}
+
+// 000 L373, L379: "the float subtraction x - mu loses precision; RMSNorm is numerically more
+// stable". Rows of d = 1024 features, x_j = mean + N(0, 1) in float, gamma = 1, beta = 0, eps =
+// 1e-5, against the double oracle (analysis::layer_norm_exact, rms_norm_exact).
+std::string norm_precision_markdown() {
+  std::ostringstream md;
+  md << "## LayerNorm vs RMSNorm in float32 as the mean grows: 16 rows of d = 1024, x = mean + N(0, 1), seed 11\n\n"
+        "Error relative to the output's size, max_j |y - y*| / max_j |y*| (the worst row), against a double "
+        "oracle computed from the same float inputs. \"Textbook\": every operation in float, in order "
+        "(analysis::layer_norm_float32, rms_norm_float32). The chapter's own implementations: ref accumulates in "
+        "double, opt in float with a shift (Chan, Golub and LeVeque's corrected two-pass).\n\n";
+  const std::size_t tokens = 16, d = 1024;
+  const double eps = 1e-5;
+  const Tensor1 gamma = xt::ones<float>({d}), beta = xt::zeros<float>({d});
+  const ch01::Backend& r = reference_backend(ch01::backends());
+  const auto opt = headline_backends(ch01::backends(), /*include_cuda=*/false);
+  std::vector<std::vector<std::string>> rows;
+  for (double mean : {0.0, 1.0, 10.0, 100.0, 1e3, 1e4}) {
+    Rng rng(11);
+    const Tensor2 x = rng.normal_matrix(tokens, d, mean, 1.0);
+    const DTensor2 ln = analysis::layer_norm_exact(x, eps), rms = analysis::rms_norm_exact(x, eps);
+    const Tensor2 rms_textbook = analysis::rms_norm_float32(x, eps);
+    // The chapter's implementations are accurate to a few u at every mean: printed as a bound
+    // (their last digits depend on the SIMD width, and results.md must not).
+    double chapter_worst = 0;
+    for (const auto& b : opt) {
+      chapter_worst = std::max({chapter_worst, analysis::normwise_relative_error(b.layer_norm(x, gamma, beta, eps), ln),
+                                analysis::normwise_relative_error(b.rms_norm(x, gamma, eps), rms)});
+    }
+    chapter_worst = std::max({chapter_worst, analysis::normwise_relative_error(r.layer_norm(x, gamma, beta, eps), ln),
+                              analysis::normwise_relative_error(r.rms_norm(x, gamma, eps), rms)});
+    rows.push_back({fixed(mean, 0), sci(analysis::normwise_relative_error(analysis::layer_norm_float32(x, eps), ln), 2),
+                    sci(analysis::normwise_relative_error(rms_textbook, rms), 2),
+                    sci(analysis::spread_relative_error(rms_textbook, rms), 2),
+                    chapter_worst < 4 * 5.96e-8 ? "< 4u" : sci(chapter_worst, 2)});
+  }
+  md << markdown_table({"mean / spread", "textbook LayerNorm", "textbook RMSNorm",
+                        "textbook RMSNorm, error / std of its output", "ref and opt, both norms"},
+                       rows)
+     << "\nu = 2^-24 = 5.96e-08. The textbook LayerNorm's error grows like u x mean/spread: its float mean is off "
+        "by about u x mean, and that offset is divided by the spread. RMSNorm's output is accurate to about u of "
+        "its size at every mean; but for a large mean that output is nearly constant (x_j / r = 1 + (x_j - "
+        "mean)/r), so the part that differs between features is 1/mean of it, and measured against that part its "
+        "error grows like u x mean/spread too. A LayerNorm that accumulates in double or shifts its float sums "
+        "(ref and opt) is as accurate as RMSNorm at every mean.\n\n";
+  return md.str();
+}
+
+// 000 L383: ReLU's units "die"; GELU and SiLU keep a gradient.
+std::string dying_units_markdown() {
+  std::ostringstream md;
+  const std::size_t units = 4096, batch = 64;
+  md << "## Dying units: ReLU vs GELU vs SiLU, pre-activations N(mu, 1), " << units << " units x " << batch
+     << " samples, seed 3\n\n"
+        "A bias shift b moves every pre-activation of a unit: mu = b for inputs that average 0. \"zero\": the "
+        "fraction of (unit, sample) pairs with f'(z) = 0 exactly; \"< 0.01\": nearly dead, |f'(z)| < 0.01; "
+        "\"dead units\": the fraction of units with f'(z) = 0 on every sample of the batch, which no update of "
+        "this batch can revive.\n\n";
+  std::vector<std::vector<std::string>> rows;
+  using analysis::Activation;
+  for (double mu : {2.0, 1.0, 0.0, -1.0, -2.0, -3.0}) {
+    const auto relu = analysis::zero_gradient_fractions(Activation::relu, mu, units, batch, 0.01, 3);
+    const auto gelu = analysis::zero_gradient_fractions(Activation::gelu, mu, units, batch, 0.01, 3);
+    const auto silu = analysis::zero_gradient_fractions(Activation::silu, mu, units, batch, 0.01, 3);
+    const double phi = analysis::normal_cdf(-mu);
+    rows.push_back({fixed(mu, 0), fixed(relu.exactly_zero, 4), fixed(phi, 4), fixed(relu.dead_units, 4),
+                    fixed(std::pow(phi, static_cast<double>(batch)), 4), fixed(gelu.exactly_zero, 4),
+                    fixed(gelu.below_threshold, 4), fixed(silu.exactly_zero, 4), fixed(silu.below_threshold, 4)});
+  }
+  md << markdown_table({"mu", "ReLU zero", "Phi(-mu)", "ReLU dead units", "Phi(-mu)^64", "GELU zero", "GELU < 0.01",
+                        "SiLU zero", "SiLU < 0.01"},
+                       rows)
+     << "\nGELU' = Phi(z) + z phi(z) and SiLU' = s(z)(1 + z(1 - s(z))) are 0 only at one point each (z = -0.75 "
+        "and z = -2.40) and underflow to 0 in double only below z = -38.6 and z = -745, so no unit of theirs is dead; their nearly-dead "
+        "fractions are the pre-activations near those points and, for GELU, far in the negative tail, where GELU' "
+        "is as flat as ReLU's.\n\n";
+  return md.str();
+}
+
 std::string markdown(const GlobalOptions&) {
   std::ostringstream md;
   md << results_header("01_normalization", "Chapter 01, normalization and activations");
@@ -148,6 +288,7 @@ std::string markdown(const GlobalOptions&) {
                        rows)
      << '\n';
 
+  md << layer_norm_steps_markdown() << norm_precision_markdown() << dying_units_markdown();
   md << "## GELU: exact vs tanh approximation\n\n";
   double gap = 0.0, where = 0.0;
   for (int i = -6000; i <= 6000; ++i) {

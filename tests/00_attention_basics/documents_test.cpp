@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "tvlab/analysis/attention_cost.hpp"
 #include "tvlab/analysis/scaling.hpp"
@@ -140,6 +143,50 @@ TEST(Ch00Documents, calculators_reject_bad_sizes) {
 
 TEST(Ch00Documents, format_bytes_shows_both_units) {
   EXPECT_EQ(format_bytes(268435456.0), "268.4 MB (256.0 MiB)");
+}
+
+TEST(Ch00Documents, multi_head_costs_no_parameters_over_one_head_of_the_same_width) {
+  // 003 §2.3: multi-head attention's extra parameters "are not large". Counted from the shapes:
+  // W_Q, W_K, W_V are [d, h d_k] with h d_k biases each, W_O is [h d_k, d] with d biases. With
+  // d_k = d/h, h d_k = d, so every h gives 4 d^2 + 4 d: no extra parameters at all.
+  const double d = 512;
+  const double like_for_like = 4 * d * d + 4 * d;
+  EXPECT_EQ(attention_params(512, 1, 512, true), like_for_like);
+  for (long long h : {2LL, 8LL, 64LL, 512LL})
+    EXPECT_EQ(attention_params(512, h, 512 / h, true), like_for_like) << "h = " << h << ", d_k = " << 512 / h;
+  // Against a bare head without W_O, the output projection is the difference: d^2 + d.
+  EXPECT_EQ(attention_params(512, 8, 64, true) - attention_params(512, 1, 512, false), d * d + d);
+  // Heads that are not split (d_k = d each) multiply every projection by h.
+  EXPECT_EQ(attention_params(512, 8, 512, true), 3 * (d * 8 * d + 8 * d) + 8 * d * d + d);
+}
+
+TEST(Ch00Documents, h_heads_do_the_matrix_work_of_one_wide_head_but_h_softmaxes) {
+  // 000 L155: h heads take about the time of one large head. The products QK^T and PV are
+  // h x 2 n^2 d_k multiply-adds each, 4 n^2 d FLOPs when h d_k = d; the scores are h n^2.
+  const double n = 1024, d = 512;
+  const auto one = attention_core_work(1024, 1, 512), eight = attention_core_work(1024, 8, 64);
+  EXPECT_EQ(one.matmul_flops, 4 * n * n * d);
+  EXPECT_EQ(eight.matmul_flops, one.matmul_flops);
+  EXPECT_EQ(one.exponentials, n * n);
+  EXPECT_EQ(eight.exponentials, 8 * n * n);
+  EXPECT_EQ(eight.score_elements, 8 * one.score_elements);
+}
+
+TEST(Ch00Documents, head_counts_reject_sizes_that_are_not_positive) {
+  for (const auto& [call, parameter] :
+       {std::pair<std::function<void()>, std::string>{[] { attention_params(0, 1, 1, true); }, "d_model"},
+        {[] { attention_params(8, -2, 4, true); }, "num_heads"},
+        {[] { attention_params(8, 2, 0, false); }, "head_dim"},
+        {[] { attention_core_work(0, 1, 1); }, "seq"},
+        {[] { attention_core_work(4, 0, 1); }, "num_heads"},
+        {[] { attention_core_work(4, 1, -1); }, "head_dim"}}) {
+    try {
+      call();
+      ADD_FAILURE() << "expected tvlab::Error naming " << parameter;
+    } catch (const tvlab::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(parameter), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

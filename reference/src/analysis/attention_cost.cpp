@@ -63,6 +63,33 @@ LayerParams layer_params(long long d_model, long long d_ff) {
   return {4 * d * d, 2 * d * static_cast<double>(d_ff)};
 }
 
+double attention_params(long long d_model, long long num_heads, long long head_dim, bool output_projection) {
+  const char* fn = "attention_params";
+  require_positive(fn, "d_model", d_model);
+  require_positive(fn, "num_heads", num_heads);
+  require_positive(fn, "head_dim", head_dim);
+  const double d = static_cast<double>(d_model), inner = static_cast<double>(num_heads) * static_cast<double>(head_dim);
+  // W_Q, W_K, W_V: [d, h d_k] each, and a bias of h d_k each.
+  double params = 3 * (d * inner + inner);
+  // W_O: [h d_k, d] and a bias of d.
+  if (output_projection) params += inner * d + d;
+  return params;
+}
+
+AttentionCoreWork attention_core_work(long long seq, long long num_heads, long long head_dim) {
+  const char* fn = "attention_core_work";
+  require_positive(fn, "seq", seq);
+  require_positive(fn, "num_heads", num_heads);
+  require_positive(fn, "head_dim", head_dim);
+  const double n = static_cast<double>(seq), h = static_cast<double>(num_heads);
+  AttentionCoreWork w;
+  // Per head: S = Q K^T is n x n dot products of length d_k, O = P V as many again.
+  w.matmul_flops = h * 2 * (2 * n * n * static_cast<double>(head_dim));
+  w.score_elements = h * n * n;
+  w.exponentials = h * n * n;
+  return w;
+}
+
 std::string format_bytes(double bytes) {
   static const char* decimal[] = {"B", "kB", "MB", "GB", "TB", "PB"};
   static const char* binary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

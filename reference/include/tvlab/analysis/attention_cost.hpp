@@ -51,6 +51,24 @@ struct LayerParams {
 };
 LayerParams layer_params(long long d_model, long long d_ff);
 
+/// Parameters of one attention block with biases:
+/// \f$ W_Q, W_K, W_V \in \mathbb{R}^{d \times h d_k} \f$ (+ \f$ 3 h d_k \f$ biases) and, when
+/// `output_projection`, \f$ W_O \in \mathbb{R}^{h d_k \times d} \f$ (+ \f$ d \f$). With
+/// \f$ d_k = d/h \f$ the count does not depend on \f$ h \f$; a bare single head (no \f$ W_O \f$,
+/// as in attention before 2017) lacks the \f$ d^2 + d \f$ of the output projection.
+/// Throws `tvlab::Error` for sizes <= 0.
+double attention_params(long long d_model, long long num_heads, long long head_dim, bool output_projection);
+
+/// The work of the attention core \f$ \mathrm{softmax}(QK^\top/\sqrt{d_k})V \f$ for n queries and
+/// n keys, h heads of width \f$ d_k \f$ (projections excluded).
+struct AttentionCoreWork {
+  double matmul_flops = 0;    ///< \f$ 4 n^2 h d_k \f$: \f$ QK^\top \f$ and \f$ PV \f$, 2 FLOPs per multiply-add
+  double score_elements = 0;  ///< \f$ h n^2 \f$: one score matrix per head
+  double exponentials = 0;    ///< \f$ h n^2 \f$: one exponential per score
+};
+/// Throws `tvlab::Error` for sizes <= 0.
+AttentionCoreWork attention_core_work(long long seq, long long num_heads, long long head_dim);
+
 /// "268.4 MB (256.0 MiB)": decimal and binary units side by side, because the documents mix them.
 std::string format_bytes(double bytes);
 
