@@ -23,12 +23,10 @@ long long bucket_of_distance(long long n, int buckets, int max_distance) {
   const int exact = buckets / 2;
   if (n < exact) return n;
   // E + floor(ln(n / E) / ln(max_distance / E) (B - E)). At the edges n = E (max_distance/E)^(t/(B-E)),
-  // which are whole numbers for T5's defaults (16, 32, 64 with B = 16, E = 8, max_distance 128), the
-  // quotient is an integer that the logarithms may round to just below it: 1e-9 restores it, and
-  // is far smaller than the quotient's step between consecutive n below max_distance,
-  // (B - E) / (n ln(max_distance / E)) >= (B - E) / (max_distance ln(max_distance / E)).
+  // whole numbers for T5's defaults (16, 32, 64 with B = 16, E = 8, max_distance 128), the quotient
+  // is an integer, which the logarithms in double give exactly there (the tests check those edges).
   const double log_ratio = std::log(static_cast<double>(n) / exact) / std::log(static_cast<double>(max_distance) / exact);
-  const auto offset = static_cast<long long>(std::floor(log_ratio * (buckets - exact) + 1e-9));
+  const auto offset = static_cast<long long>(std::floor(log_ratio * (buckets - exact)));
   return std::min<long long>(exact + offset, buckets - 1);
 }
 
