@@ -14,7 +14,9 @@
 #include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
+#include "tvlab/analysis/attention_entropy.hpp"
 #include "tvlab/analysis/rope_extrapolation.hpp"
+#include "tvlab/analysis/sinusoidal_extrapolation.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -30,6 +32,7 @@
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/learned_positions.hpp"
+#include "tvlab/ref/relative_position_bias.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/rope_attention.hpp"
 #include "tvlab/ref/sinusoidal.hpp"
@@ -185,7 +188,26 @@ std::vector<DocumentCheck> document_checks() {
                         false));
   c.push_back(statement("000 L347", "effect of YaRN's temperature", "temperature rises, attention smoother",
                         "t = 1 / (0.1 ln s + 1)^2 < 1: logits grow, attention sharper", false));
+  // The premise of YaRN's temperature: measured entropy of one query's attention, random q and k.
+  const auto entropy = analysis::attention_entropy(128, 1e4, 4096, 4, {4096, 16384}, 4, 7);
+  c.push_back(statement("000 L343", "extending the context makes attention sharper (more concentrated)", "sharper",
+                        "flatter: entropy " + fixed(entropy[0].original, 2) + " nats at n = L = 4096, " +
+                            fixed(entropy[1].original, 2) + " at 4L (ln 4 = 1.39 more); YaRN's factor lowers it to " +
+                            fixed(entropy[1].yarn_with_factor, 2) + " (random q, k; see 'Attention entropy' below)",
+                        false));
+  const auto far = analysis::sinusoidal_nearest_trained(512, 1e4, 512, {1024, 131072});
+  c.push_back(statement("000 L319", "sinusoidal positions beyond L may collide with trained encodings", "may collide",
+                        "no collision for d_model 512, L = 512: beyond 2L the closest trained encoding has cosine " +
+                            fixed(far[0].similarity, 3) + " vs " + fixed(analysis::sinusoidal_similarity(512, 1e4, 1), 3) +
+                            " between neighbours; but " + std::to_string(analysis::sinusoidal_unseen_pairs(512, 1e4, 512)) +
+                            " of 256 pairs reach unseen values (see below)",
+                        false));
   const DTensor1 slopes8 = ref::alibi_slopes(8);
+  c.push_back(statement("000 L357", "ALiBi: almost unlimited extrapolation", "any length",
+                        "any length runs, but a head attends within about ln(100) / m_h tokens (99% of its weight): " +
+                            fixed(std::log(100.0) / slopes8(7), 0) +
+                            " for the flattest of 8 heads; nothing beyond is used (see the experiment below)",
+                        false));
   c.push_back(statement("000 L355", "ALiBi slope m", "learnable, per head",
                         "fixed, 2^(-8h/n): " + fixed(slopes8(0), 4) + " .. " + fixed(slopes8(7), 6) + " for 8 heads",
                         false));
@@ -283,16 +305,54 @@ std::string yarn_configurations_table() {
 }
 
 std::string extrapolation_table(double s) {
-  const auto rows = analysis::rope_extrapolation(128, 1e4, 4096, s, 16, 7);
+  auto rows = analysis::rope_extrapolation(128, 1e4, 4096, s, 16, 7);
+  rows.push_back(analysis::alibi_extrapolation(128, 4096, s, 8, 16, 7));
   std::vector<std::vector<std::string>> table;
   for (const auto& r : rows)
     table.push_back({r.method, std::to_string(r.unseen_angle_pairs), fixed(100 * r.outside_range, 3) + "%",
                      fixed(100 * r.self_below_minimum, 3) + "%", fixed(r.short_range_change, 4),
-                     fixed(r.neighbour_resolution, 4)});
+                     std::isnan(r.neighbour_resolution) ? "no rotation" : fixed(r.neighbour_resolution, 4),
+                     sci(r.weight_beyond_original, 2)});
   return markdown_table({"method", "pairs with unseen angles", "scores beyond L outside the trained range",
                          "self-match scores below the trained minimum", "short-range change (distance < 64)",
-                         "theta'_0 / theta_0"},
+                         "theta'_0 / theta_0", "attention weight at distances >= L (query at sL - 1)"},
                         table);
+}
+
+// The entropy of one query's attention as n grows past L, with YaRN's frequencies, with and without
+// its attention factor (random q and keys; analysis::attention_entropy).
+std::string entropy_table() {
+  const auto rows = analysis::attention_entropy(128, 1e4, 4096, 4, {1024, 2048, 4096, 8192, 16384}, 8, 7);
+  std::vector<std::vector<std::string>> table;
+  for (const auto& r : rows)
+    table.push_back({std::to_string(r.length), fixed(r.uniform, 3), fixed(r.original, 3), fixed(r.yarn, 3),
+                     fixed(r.yarn_with_factor, 3), fixed(r.uniform - 0.5, 3),
+                     fixed(r.uniform - std::pow(r.attention_factor, 4) / 2, 3)});
+  return markdown_table({"keys n", "ln n (uniform)", "original frequencies", "YaRN, no factor", "YaRN with a_f",
+                         "ln n - 1/2", "ln n - a_f^4 / 2"},
+                        table);
+}
+
+// Sinusoidal encodings (d_model 512, L = 512) of positions beyond L against the trained ones.
+std::string sinusoidal_beyond_table() {
+  const auto rows = analysis::sinusoidal_nearest_trained(512, 1e4, 512, {512, 1024, 2048, 8192, 32768, 131072});
+  std::vector<std::vector<std::string>> table;
+  for (const auto& r : rows)
+    table.push_back({std::to_string(r.first) + " .. " + std::to_string(r.last - 1), std::to_string(r.position),
+                     std::to_string(r.nearest), fixed(r.similarity, 4), fixed(r.distance, 3)});
+  return markdown_table({"positions p", "closest p", "its nearest trained p' < 512", "cosine similarity",
+                         "distance |PE(p) - PE(p')|"},
+                        table);
+}
+
+// T5's buckets for a few relative positions r = j - i', encoder and decoder (32 buckets, max_distance 128).
+std::string t5_bucket_table() {
+  std::vector<std::vector<std::string>> table;
+  for (long long r : {-1000LL, -128LL, -127LL, -64LL, -32LL, -16LL, -15LL, -8LL, -7LL, -1LL, 0LL, 1LL, 7LL, 8LL, 16LL,
+                      64LL, 128LL})
+    table.push_back({std::to_string(r), std::to_string(ref::t5_relative_position_bucket(r, true, 32, 128)),
+                     std::to_string(ref::t5_relative_position_bucket(r, false, 32, 128))});
+  return markdown_table({"r = j - i'", "bidirectional (encoder)", "unidirectional (decoder)"}, table);
 }
 
 std::string learned_vs_sinusoidal() {
@@ -361,8 +421,31 @@ std::string markdown(const GlobalOptions&) {
   md << markdown_table({"heads", "slopes m_1 .. m_n"}, rows) << '\n';
   md << "## The extrapolation experiment (random q and k, no trained model)\n\n"
         "head_dim 128, base 10000, L = 4096, s = 4, 16 random (q, k) pairs with N(0, 1) entries, seed 7. "
-        "Scores are q . R k / sqrt(d) with cos/sin not multiplied by YaRN's attention factor.\n\n"
+        "Scores are q . R k / sqrt(d) with cos/sin not multiplied by YaRN's attention factor. ALiBi: q . k / sqrt(d) - m_h Delta "
+        "with the 8-head slopes, sample n in head n mod 8. Last column: the query at position sL - 1 with the same key at "
+        "every distance 0 .. sL-1.\n\n"
      << extrapolation_table(4) << '\n';
+  md << "## Attention entropy beyond the training length (000 L343)\n\n"
+        "Entropy (nats) of the attention of the query at position n - 1 over keys 0 .. n-1: head_dim 128, base 10000, "
+        "L = 4096, YaRN with s = 4 (a_f = "
+     << fixed(0.1 * std::log(4.0) + 1, 4)
+     << ", logits times a_f^2), 8 random queries with one random key per position (N(0, 1)), seed 7. Larger = flatter; "
+        "ln n is the entropy of evenly spread attention. The last two columns are the limit for independent "
+        "N(0, sigma^2) scores, ln n - sigma^2 / 2, with sigma^2 = 1 and a_f^4.\n\n"
+     << entropy_table() << '\n';
+  md << "## Sinusoidal encodings beyond the training length (000 L319)\n\n"
+        "d_model 512, base 10000, trained positions 0 .. 511. The cosine similarity of two encodings depends on their "
+        "distance only; two neighbouring trained positions have "
+     << fixed(analysis::sinusoidal_similarity(512, 1e4, 1), 4) << ", positions 16 apart "
+     << fixed(analysis::sinusoidal_similarity(512, 1e4, 16), 4) << ". "
+     << analysis::sinusoidal_unseen_pairs(512, 1e4, 512)
+     << " of the 256 frequency pairs never complete a turn in 512 positions, so beyond 511 they take (sin, cos) values "
+        "no trained position had. For each range of positions, the one whose encoding comes closest to a trained "
+        "encoding:\n\n"
+     << sinusoidal_beyond_table() << '\n';
+  md << "## T5's relative position buckets\n\n"
+        "num_buckets 32, max_distance 128; r = j - i' is the key's position minus the query's.\n\n"
+     << t5_bucket_table() << '\n';
   md << "## Learned vs sinusoidal absolute positions\n\n" << learned_vs_sinusoidal() << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();

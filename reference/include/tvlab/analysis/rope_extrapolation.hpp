@@ -36,7 +36,11 @@ struct ExtrapolationRow {
   double outside_range = 0;        ///< fraction of (sample, distance in [L, sL)) whose score \f$ q\cdot R_\Delta k \f$ is outside [min, max] of the original scores at distances [0, L)
   double self_below_minimum = 0;   ///< the same for a key equal to the query, below the smallest original score
   double short_range_change = 0;   ///< RMS change of the scores at distances [0, 64) relative to their RMS
-  double neighbour_resolution = 0; ///< \f$ \theta'_0 / \theta_0 \f$: how far apart neighbouring tokens stay
+  double neighbour_resolution = 0; ///< \f$ \theta'_0 / \theta_0 \f$: how far apart neighbouring tokens stay (NaN: no rotation)
+  /// The softmax weight that the query at position \f$ sL-1 \f$ gives to the keys at distances
+  /// \f$ \ge L \f$ (those never seen in training), the same key at every distance:
+  /// \f$ \sum_{\Delta \ge L} e^{s(\Delta)} / \sum_{\Delta < sL} e^{s(\Delta)} \f$.
+  double weight_beyond_original = 0;
 };
 
 /// Runs the experiment for every method of `extension_methods` with `samples` random (q, k)
@@ -45,5 +49,15 @@ struct ExtrapolationRow {
 /// Throws `tvlab::Error` for head_dim odd or <= 2, original_length < 64, factor < 1, samples <= 0.
 std::vector<ExtrapolationRow> rope_extrapolation(int head_dim, double base, long long original_length, double factor,
                                                  int samples, std::uint64_t seed);
+
+/// ALiBi on the same footing as `rope_extrapolation` (same samples for the same seed): no rotation,
+/// the score is \f$ q\cdot k/\sqrt d - m_h\,\Delta \f$ with sample \f$ n \f$ in head
+/// \f$ h = n \bmod \text{num\_heads} \f$ (`ref::alibi_slopes`). Nothing about the method changes with the
+/// length, so there are no unseen angles and no short-range change, and `neighbour_resolution` is NaN.
+/// With the same key at every distance \f$ q\cdot k \f$ cancels in the softmax, and the weight beyond
+/// \f$ L \f$ is \f$ (e^{-m L} - e^{-m sL}) / (1 - e^{-m sL}) \f$.
+/// Throws `tvlab::Error` as `rope_extrapolation`, and for num_heads <= 0.
+ExtrapolationRow alibi_extrapolation(int head_dim, long long original_length, double factor, int num_heads, int samples,
+                                     std::uint64_t seed);
 
 }  // namespace tvlab::analysis
