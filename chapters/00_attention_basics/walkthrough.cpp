@@ -6,12 +6,14 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
 #include "../common/mask_options.hpp"
+#include "../common/npy_load.hpp"
 #include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
@@ -310,16 +312,28 @@ int run(const Options& o, const GlobalOptions& g) {
     std::cout << markdown(g);
     return 0;
   }
-  require_positive("00_attention_basics", "--heads", o.heads);
-  require_positive("00_attention_basics", "--seq", o.seq);
-  require_positive("00_attention_basics", "--head-dim", o.head_dim);
-  require(o.seq_k >= 0, "00_attention_basics", "--seq-k (", o.seq_k, ") must be >= 0 (0 means --seq)");
-  const auto heads = static_cast<std::size_t>(o.heads), n_q = static_cast<std::size_t>(o.seq);
-  const auto n_k = o.seq_k > 0 ? static_cast<std::size_t>(o.seq_k) : n_q, d = static_cast<std::size_t>(o.head_dim);
+  // --load: the sizes are the arrays' (read from the headers only: the run is costed first).
+  const Load load(o.load);
+  int heads_size = o.heads, seq_size = o.seq, seq_k_size = o.seq_k, head_dim_size = o.head_dim;
+  if (load.enabled()) {
+    const auto q_shape = load.shape("q", 3, "[heads, seq, head_dim]");
+    const auto k_shape = load.shape("k", 3, "[heads, seq_k, head_dim]");
+    heads_size = size_from_load(o, "--heads", o.heads, q_shape[0], "q.npy's dimension 0 (heads)");
+    seq_size = size_from_load(o, "--seq", o.seq, q_shape[1], "q.npy's dimension 1 (seq)");
+    head_dim_size = size_from_load(o, "--head-dim", o.head_dim, q_shape[2], "q.npy's dimension 2 (head_dim)");
+    seq_k_size = size_from_load(o, "--seq-k", o.seq_k, k_shape[1], "k.npy's dimension 1 (seq_k)");
+  }
+  require_positive("00_attention_basics", "--heads", heads_size);
+  require_positive("00_attention_basics", "--seq", seq_size);
+  require_positive("00_attention_basics", "--head-dim", head_dim_size);
+  require(seq_k_size >= 0, "00_attention_basics", "--seq-k (", seq_k_size, ") must be >= 0 (0 means --seq)");
+  const auto heads = static_cast<std::size_t>(heads_size), n_q = static_cast<std::size_t>(seq_size);
+  const auto n_k = seq_k_size > 0 ? static_cast<std::size_t>(seq_k_size) : n_q,
+             d = static_cast<std::size_t>(head_dim_size);
   // What the run will take, before anything is allocated: the inputs, every backend's output, the
   // optimized versions' score matrix per thread, --step's matrices in double; the loop reference's
   // two products Q K^T and P V and an exponential per score (and --step's, in double).
-  const std::string seq_option = o.seq_k > 0 && n_k > n_q ? "--seq-k" : "--seq";
+  const std::string seq_option = seq_k_size > 0 && n_k > n_q ? "--seq-k" : "--seq";
   RunCost cost;
   cost.memory("the inputs q, k, v", {heads, n_q + 2 * n_k, d}, sizeof(float), seq_option)
       .memory("every backend's output", {ch00::backends().size(), heads, n_q, d}, sizeof(float), "--seq")
@@ -332,8 +346,12 @@ int run(const Options& o, const GlobalOptions& g) {
         .work("--step's products in double", {2, n_q, n_k, d}, seq_option);
   cost.require_affordable(g);
   Rng rng(g.seed);
-  const Tensor3 q = rng.normal_tensor(heads, n_q, d), k = rng.normal_tensor(heads, n_k, d),
-                v = rng.normal_tensor(heads, n_k, d);
+  const Tensor3 q = load.enabled() ? load.tensor3("q", {heads, n_q, d}, "[heads, seq, head_dim]")
+                                   : rng.normal_tensor(heads, n_q, d);
+  const Tensor3 k = load.enabled() ? load.tensor3("k", {heads, n_k, d}, "[heads, seq_k, head_dim] (those of q.npy)")
+                                   : rng.normal_tensor(heads, n_k, d);
+  const Tensor3 v = load.enabled() ? load.tensor3("v", {heads, n_k, d}, "[heads, seq_k, head_dim] (those of k.npy)")
+                                   : rng.normal_tensor(heads, n_k, d);
   AttentionConfig cfg;
   cfg.mask = attention_mask(o.mask);
 
@@ -349,7 +367,8 @@ int run(const Options& o, const GlobalOptions& g) {
   };
   // The reference first: it validates the inputs, so --step never prints an invalid case.
   const Run expected = *run_one(reference_backend(ch00::backends()));
-  if (o.step) step_through(q, k, v, cfg, std::cout);
+  std::optional<Steps> steps_shown;
+  if (o.step) steps_shown = step_through(q, k, v, cfg, std::cout);
   if (!o.svg.empty()) {
     // One labelled cell per (query, key): a figure for a projector, not for n in the thousands.
     require(n_q <= 64 && n_k <= 64, "00_attention_basics", "--svg draws one cell per query and key: use --seq (",
@@ -367,6 +386,10 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   Dump dump(o.dump);
   for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}}) dump.write(name, *t);
+  if (steps_shown) {  // --step's matrices of head 0, in the double precision they were computed in
+    dump.write_double("step_scores", steps_shown->masked_scores);
+    dump.write_double("step_weights", steps_shown->weights);
+  }
   RunReport report{TVLAB_CHAPTER_NAME, g.seed,
                    "scaled_dot_product_attention: heads " + std::to_string(heads) + ", seq_q " + std::to_string(n_q) +
                        ", seq_k " + std::to_string(n_k) + ", head_dim " + std::to_string(d) +
@@ -389,7 +412,8 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "attention", "Chapter 00: scaled dot-product attention, step by step", *o,
         "print every intermediate state of head 0 (Q K^T, scale, mask, max, exp, P, PV)",
-        "write q.npy, k.npy, v.npy and <function>_<backend>.npy to DIR", backend_lines(ch00::backends()), [o, &global] { return run(*o, global); });
+        "write q.npy, k.npy, v.npy, <function>_<backend>.npy and, with --step, head 0's step_scores.npy and "
+        "step_weights.npy (float64) to DIR", backend_lines(ch00::backends()), [o, &global] { return run(*o, global); });
     sub.option("--heads", o->heads, "number of heads h");
     sub.option("--seq", o->seq, "sequence length n (queries)");
     sub.option("--seq-k", o->seq_k, "number of keys (default: --seq)", ShowDefault::no);

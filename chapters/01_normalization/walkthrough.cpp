@@ -9,6 +9,7 @@
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
 #include "../common/run_cost.hpp"
+#include "../common/npy_load.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_cost.hpp"
@@ -305,7 +306,8 @@ std::string markdown(const GlobalOptions&) {
 
 // ------------------------------------------------------------------------------------- --step
 
-void step_through(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, const SwigluWeights& w, double eps) {
+// Prints token 0 through every step; returns LayerNorm's x_hat of token 0 (computed in double).
+DTensor2 step_through(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, const SwigluWeights& w, double eps) {
   std::ostream& out = std::cout;
   const std::size_t d = x.shape()[1];
   const Tensor2 row = xt::view(x, xt::range(0, 1), xt::all());
@@ -357,6 +359,7 @@ void step_through(const Tensor2& x, const Tensor1& gamma, const Tensor1& beta, c
   print_matrix(out, "h", h);
   print_step(out, 9, "y = h W3 (back to d_model)");
   print_matrix(out, "FFN_SwiGLU(x)", ref::ffn_swiglu(row, w));
+  return xhat;
 }
 
 // ---------------------------------------------------------------------------------------- run
@@ -387,12 +390,23 @@ int run(const Options& o, const GlobalOptions& g) {
     std::cout << "wrote " << o.svg << "\n";
     return 0;
   }
-  const auto tokens = static_cast<std::size_t>(o.tokens), d = static_cast<std::size_t>(o.d_model);
-  const std::size_t d_ff = o.d_ff > 0 ? static_cast<std::size_t>(o.d_ff)
-                                      : static_cast<std::size_t>(analysis::llama_intermediate_size(o.d_model, 8));
+  // --load: the sizes are the arrays' (x sets tokens and d_model, w1 d_ff), read from the headers
+  // only: the run is costed before the values are read.
+  const Load load(o.load);
+  int tokens_size = o.tokens, d_model_size = o.d_model, d_ff_size = o.d_ff;
+  if (load.enabled()) {
+    const auto x_shape = load.shape("x", 2, "[tokens, d_model]");
+    const auto w1_shape = load.shape("w1", 2, "[d_model, d_ff]");
+    tokens_size = size_from_load(o, "--tokens", o.tokens, x_shape[0], "x.npy's dimension 0 (tokens)");
+    d_model_size = size_from_load(o, "--d-model", o.d_model, x_shape[1], "x.npy's dimension 1 (d_model)");
+    d_ff_size = size_from_load(o, "--d-ff", o.d_ff, w1_shape[1], "w1.npy's dimension 1 (d_ff)");
+  }
+  const auto tokens = static_cast<std::size_t>(tokens_size), d = static_cast<std::size_t>(d_model_size);
+  const std::size_t d_ff = d_ff_size > 0 ? static_cast<std::size_t>(d_ff_size)
+                                         : static_cast<std::size_t>(analysis::llama_intermediate_size(d_model_size, 8));
   // What the run will take, before anything is allocated: the SwiGLU weights (3 d d_ff), the inputs,
   // each backend's four outputs and the FFN's hidden activations; the loop reference's FFN products.
-  const std::string width_option = o.d_ff > 0 ? "--d-ff" : "--d-model";
+  const std::string width_option = d_ff_size > 0 ? "--d-ff" : "--d-model";
   RunCost cost;
   cost.memory("the SwiGLU weights W1, W3, W2", {3, d, d_ff}, sizeof(float), width_option)
       .memory("the inputs and every backend's outputs", {4 * ch01::backends().size() + 1, tokens, d}, sizeof(float),
@@ -401,9 +415,16 @@ int run(const Options& o, const GlobalOptions& g) {
       .work("the loop reference's FFN products", {3, tokens, d, d_ff}, "--tokens");
   cost.require_affordable(g);
   Rng rng(g.seed);
-  const Tensor2 x = rng.normal_matrix(tokens, d);
-  const Tensor1 gamma = rng.normal_vector(d, 1, 0.2), beta = rng.normal_vector(d, 0, 0.2);
-  const SwigluWeights w = random_swiglu(rng, d, d_ff);
+  const Tensor2 x = load.enabled() ? load.tensor2("x", {tokens, d}, "[tokens, d_model]") : rng.normal_matrix(tokens, d);
+  const Tensor1 gamma = load.enabled() ? load.tensor1("gamma", {d}, "[d_model] (that of x.npy)")
+                                       : rng.normal_vector(d, 1, 0.2);
+  const Tensor1 beta = load.enabled() ? load.tensor1("beta", {d}, "[d_model] (that of x.npy)")
+                                      : rng.normal_vector(d, 0, 0.2);
+  const SwigluWeights w =
+      load.enabled() ? SwigluWeights{load.tensor2("w1", {d, d_ff}, "[d_model, d_ff] (x.npy's d_model)"),
+                                     load.tensor2("w2", {d, d_ff}, "[d_model, d_ff] (those of w1.npy)"),
+                                     load.tensor2("w3", {d_ff, d}, "[d_ff, d_model] (those of w1.npy)")}
+                     : random_swiglu(rng, d, d_ff);
   // Agreement threshold: float vs double row reductions of length d (and d_ff in the FFN).
   const double threshold = 1e-5 * std::sqrt(static_cast<double>(std::max(d, d_ff)));
   // Each backend's outputs: the functions it provides, of the four this command shows.
@@ -411,15 +432,21 @@ int run(const Options& o, const GlobalOptions& g) {
     Run run;
     if (b.layer_norm) run.outputs.push_back({"layer_norm", b.layer_norm(x, gamma, beta, o.eps), threshold});
     if (b.rms_norm) run.outputs.push_back({"rms_norm", b.rms_norm(x, gamma, o.eps), threshold});
+    // Every activation of x (gelu is the erf form, gelu_tanh the tanh approximation).
+    if (b.relu) run.outputs.push_back({"relu", b.relu(x), threshold});
     if (b.gelu) run.outputs.push_back({"gelu", b.gelu(x), threshold});
+    if (b.gelu_tanh) run.outputs.push_back({"gelu_tanh", b.gelu_tanh(x), threshold});
+    if (b.silu) run.outputs.push_back({"silu", b.silu(x), threshold});
     if (b.ffn_swiglu) run.outputs.push_back({"ffn_swiglu", b.ffn_swiglu(x, w), threshold});
     if (run.outputs.empty()) return std::nullopt;
     return run;
   };
   // The reference first: it validates everything, so --step never prints an invalid case.
   const Run expected = *run_one(reference_backend(ch01::backends()));
-  if (o.step) step_through(x, gamma, beta, w, o.eps);
+  DTensor2 step_x_hat;
+  if (o.step) step_x_hat = step_through(x, gamma, beta, w, o.eps);
   Dump dump(o.dump);
+  if (o.step) dump.write_double("step_x_hat", step_x_hat);  // token 0's normalised row, in double
   dump.write("x", x);
   dump.write("gamma", gamma);
   dump.write("beta", beta);
@@ -447,7 +474,8 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "norm", "Chapter 01: normalization, activations and the FFN", *o,
         "print LayerNorm, RMSNorm, the activations and SwiGLU step by step",
-        "write x.npy, gamma.npy, beta.npy, w1..w3.npy and <function>_<backend>.npy to DIR",
+        "write x.npy, gamma.npy, beta.npy, w1..w3.npy, <function>_<backend>.npy (the norms, relu, gelu, "
+        "gelu_tanh, silu of x, the FFN) and, with --step, step_x_hat.npy (float64) to DIR",
         backend_lines(ch01::backends()), [o, &global] { return run(*o, global); });
     sub.option("--tokens", o->tokens, "number of tokens");
     sub.option("--d-model", o->d_model, "model width d_model");

@@ -7,11 +7,13 @@
 #include <iostream>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <sstream>
 
 #include "../common/svg.hpp"
 #include "../common/backend_run.hpp"
 #include "../common/run_cost.hpp"
+#include "../common/npy_load.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/attention_entropy.hpp"
@@ -85,6 +87,7 @@ struct Inputs {
   RopeFrequencies freqs;
   RopeLayout layout;
   long long first_position;
+  bool rotate_k = false;  // also compare R k (the command dumps it; the tables show q only)
 };
 
 // Agreement threshold for attention (as in the tests): a score is a length-d dot product of
@@ -114,6 +117,12 @@ std::optional<Run> run_on(const ch02::Backend& b, const Inputs& in) {
   Run run;
   if (b.apply_rope)
     run.outputs.push_back({"apply_rope", b.apply_rope(in.q, in.freqs, in.layout, in.first_position), elementwise});
+  if (b.apply_rope && in.rotate_k) {
+    // k's coordinates are as large as q's (both N(0, 1) unless loaded): the same bound with max|k|.
+    const double k_elementwise =
+        4e-7 * std::sqrt(2.0) * in.freqs.attention_factor * static_cast<double>(xt::amax(xt::abs(in.k))()) + 1e-6;
+    run.outputs.push_back({"apply_rope_k", b.apply_rope(in.k, in.freqs, in.layout, in.first_position), k_elementwise});
+  }
   if (b.alibi_bias)
     run.outputs.push_back({"alibi_bias", b.alibi_bias(heads, seq, seq, ref::AlibiMode::causal),
                            1e-6 * static_cast<double>(seq)});
@@ -128,14 +137,16 @@ std::optional<Run> run_on(const ch02::Backend& b, const Inputs& in) {
 
 const Tensor3& tensor3(const Run& run, const std::string& name) { return std::get<Tensor3>(output_named(run, name).value); }
 
+// q, k, v drawn from `seed`, or read from `load`'s folder when it is enabled (--load).
 Inputs make_inputs(std::uint64_t seed, int heads, int seq, int head_dim, const RopeFrequencies& freqs,
-                   RopeLayout layout, long long first_position) {
+                   RopeLayout layout, long long first_position, const Load& load = Load("")) {
   Rng rng(seed);
   const auto h = static_cast<std::size_t>(heads), n = static_cast<std::size_t>(seq), d = static_cast<std::size_t>(head_dim);
+  const std::string meaning = "[heads, seq, head_dim] (those of q.npy)";
   Inputs in;
-  in.q = rng.normal_tensor(h, n, d);
-  in.k = rng.normal_tensor(h, n, d);
-  in.v = rng.normal_tensor(h, n, d);
+  in.q = load.enabled() ? load.tensor3("q", {h, n, d}, "[heads, seq, head_dim]") : rng.normal_tensor(h, n, d);
+  in.k = load.enabled() ? load.tensor3("k", {h, n, d}, meaning) : rng.normal_tensor(h, n, d);
+  in.v = load.enabled() ? load.tensor3("v", {h, n, d}, meaning) : rng.normal_tensor(h, n, d);
   in.freqs = freqs;
   in.layout = layout;
   in.first_position = first_position;
@@ -453,7 +464,12 @@ std::string markdown(const GlobalOptions&) {
 
 // ------------------------------------------------------------------------------------- --step
 
-void step_through(const RopeConfig& cfg, const Inputs& in) {
+// What --step computed in double, for --dump: the angles m theta_i and RoPE's relative scores.
+struct Steps {
+  DTensor2 angles, scores;
+};
+
+Steps step_through(const RopeConfig& cfg, const Inputs& in) {
   std::ostream& out = std::cout;
   // pairs: the rotated pairs (fewer than d / 2 with partial_rotary_factor < 1).
   const std::size_t d = in.q.shape()[2], pairs = in.freqs.inv_freq.size(), seq = in.q.shape()[1];
@@ -545,6 +561,7 @@ void step_through(const RopeConfig& cfg, const Inputs& in) {
   print_matrix(out, "r_i = L / wavelength; theta'/theta", table);
   out << "  r > 32: kept (theta'/theta = 1); r < 1: interpolated (1/s); between: the ramp. Attention factor "
       << fixed(yarn.attention_factor, 6) << "\n";
+  return {angles, scores};
 }
 
 // ---------------------------------------------------------------------------------------- figures
@@ -694,12 +711,21 @@ RopeConfig resolve_rope_config(const Options& o) {
   return cfg;
 }
 
-int run(const Options& o, const GlobalOptions& g) {
+int run(const Options& given, const GlobalOptions& g) {
   if (g.format == "markdown") {
     std::cout << markdown(g);
     return 0;
   }
   const char* fn = "02_position_encoding";
+  // --load: the sizes are q.npy's, read from its header only (the run is costed first).
+  const Load load(given.load);
+  Options o = given;
+  if (load.enabled()) {
+    const auto q_shape = load.shape("q", 3, "[heads, seq, head_dim]");
+    o.heads = size_from_load(given, "--heads", given.heads, q_shape[0], "q.npy's dimension 0 (heads)");
+    o.seq = size_from_load(given, "--seq", given.seq, q_shape[1], "q.npy's dimension 1 (seq)");
+    o.head_dim = size_from_load(given, "--head-dim", given.head_dim, q_shape[2], "q.npy's dimension 2 (head_dim)");
+  }
   require_positive(fn, "--seq", o.seq);
   require_positive(fn, "--heads", o.heads);
   // Positions are angles' multipliers in double: whole numbers up to 2^53 stay exact.
@@ -726,7 +752,8 @@ int run(const Options& o, const GlobalOptions& g) {
   RunCost cost;
   cost.memory("the inputs q, k, v", {3, heads, n, d}, sizeof(float), "--seq")
       .memory("every backend's ALiBi bias", {backends + 1, heads, n, n}, sizeof(float), "--seq")
-      .memory("every backend's rotated q and attention outputs", {3 * backends + 3, heads, n, d}, sizeof(float), "--seq")
+      .memory("every backend's rotated q and k and attention outputs", {4 * backends + 4, heads, n, d}, sizeof(float),
+              "--seq")
       .memory("the scores of one head per thread", {static_cast<std::uint64_t>(omp_get_max_threads()), n, n},
               sizeof(float), "--seq")
       .work("the loop reference's two causal attentions, and the other backends'", {heads, n, n, 2 * d + kExpCost},
@@ -735,15 +762,21 @@ int run(const Options& o, const GlobalOptions& g) {
   // n = the last position + 1: dynamic NTK rescales its base for it, longrope picks its list by it.
   const long long seq_len = o.first_position + o.seq;
   const RopeFrequencies freqs = ref::rope_frequencies(cfg, seq_len);
-  const Inputs in = make_inputs(g.seed, o.heads, o.seq, cfg.head_dim, freqs, layout, o.first_position);
+  Inputs in = make_inputs(g.seed, o.heads, o.seq, cfg.head_dim, freqs, layout, o.first_position, load);
+  in.rotate_k = true;
   // The reference first: it validates everything, so --step never prints an invalid case.
   const Run expected = *run_on(reference_backend(ch02::backends()), in);
-  if (o.step) step_through(cfg, in);
+  std::optional<Steps> steps;
+  if (o.step) steps = step_through(cfg, in);
   Dump dump(o.dump);
+  if (steps) {
+    dump.write_double("step_angles", steps->angles);
+    dump.write_double("step_scores", steps->scores);
+  }
   dump.write("q", in.q);
   dump.write("k", in.k);
   dump.write("v", in.v);
-  dump.write("inv_freq", Tensor1(xt::cast<float>(freqs.inv_freq)));
+  dump.write_double("inv_freq", freqs.inv_freq);  // computed in double
   const RopeScaling& sc = cfg.rope_scaling;
   const std::vector<double> inv_freq(freqs.inv_freq.begin(), freqs.inv_freq.end());
   const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
@@ -776,7 +809,8 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "rope", "Chapter 02: position encoding and context extrapolation", *o,
         "print the frequencies, angles, rotated q, RoPE's relative scores, ALiBi's bias and YaRN's per-pair table",
-        "write q.npy, k.npy, v.npy, inv_freq.npy and <function>_<backend>.npy to DIR",
+        "write q.npy, k.npy, v.npy, inv_freq.npy (float64), <function>_<backend>.npy (apply_rope: R q, "
+        "apply_rope_k: R k) and, with --step, step_angles.npy and step_scores.npy (float64) to DIR",
         backend_lines(ch02::backends()), [o, &global] { return run(*o, global); });
     sub.option("--seq", o->seq, "number of positions");
     sub.option("--heads", o->heads, "number of heads");

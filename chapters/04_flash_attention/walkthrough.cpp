@@ -1,6 +1,7 @@
 // `tvlab 04_flash_attention` (alias `tvlab flash`): the online softmax block by block, flash
 // attention's tiles, the IO model of standard vs tiled attention, FP8 and 16-bit emulation.
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <span>
@@ -10,6 +11,7 @@
 #include "../common/backend_run.hpp"
 #include "../common/run_cost.hpp"
 #include "../common/mask_options.hpp"
+#include "../common/npy_load.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
 #include "tvlab/analysis/io_model.hpp"
@@ -28,7 +30,7 @@ namespace {
 
 struct Options : StandardOptions {
   std::string svg;
-  int seq = 8, head_dim = 4, heads = 1, block_q = 4, block_k = 3;
+  int seq = 8, seq_k = 0, head_dim = 4, heads = 1, block_q = 4, block_k = 3;
   MaskOptions mask;
   std::string inputs = "fp32";  // the format of the products' inputs: fp32, fp16, bf16
 };
@@ -44,6 +46,7 @@ FlashConfig flash_config(const Options& o) {
 
 struct Inputs {
   Tensor3 q, k, v;
+  Tensor3 dout;  // the upstream gradient dL/dO for the backward pass (empty: forward only)
 };
 
 Inputs make_inputs(std::uint64_t seed, std::size_t heads, std::size_t n, std::size_t d) {
@@ -55,7 +58,28 @@ Inputs make_inputs(std::uint64_t seed, std::size_t heads, std::size_t n, std::si
   return in;
 }
 
-// Forward pass of one backend: its output and log-sum-exp, and the tiles it computed and skipped.
+// The command's inputs: q [heads, n_q, d], k and v [heads, n_k, d], dout [heads, n_q, d], drawn
+// in that order from `seed` or read from `load`'s folder (--load).
+Inputs command_inputs(std::uint64_t seed, std::size_t heads, std::size_t n_q, std::size_t n_k, std::size_t d,
+                      const Load& load) {
+  if (!load.enabled()) {
+    Rng rng(seed);
+    Inputs in;
+    in.q = rng.normal_tensor(heads, n_q, d);
+    in.k = rng.normal_tensor(heads, n_k, d);
+    in.v = rng.normal_tensor(heads, n_k, d);
+    in.dout = rng.normal_tensor(heads, n_q, d);
+    return in;
+  }
+  return {load.tensor3("q", {heads, n_q, d}, "[heads, seq, head_dim]"),
+          load.tensor3("k", {heads, n_k, d}, "[heads, seq_k, head_dim] (those of q.npy)"),
+          load.tensor3("v", {heads, n_k, d}, "[heads, seq_k, head_dim] (those of k.npy)"),
+          load.tensor3("dout", {heads, n_q, d}, "[heads, seq, head_dim] (that of q.npy)")};
+}
+
+// Forward pass of one backend: its output and log-sum-exp, and the tiles it computed and skipped;
+// with `in.dout`, its backward pass from its own out and lse (fp32 inputs: the backward passes
+// take no others). The gradients' tolerance is set on the reference's run (run()).
 std::optional<Run> run_on(const ch04::Backend& b, const Inputs& in, const FlashConfig& cfg, double tolerance) {
   if (!b.flash_forward) return std::nullopt;
   const FlashOutput r = b.flash_forward(in.q, in.k, in.v, cfg);
@@ -63,6 +87,12 @@ std::optional<Run> run_on(const ch04::Backend& b, const Inputs& in, const FlashC
   run.outputs.push_back({"flash_attention_forward", r.out, tolerance});
   // lse = m + ln l: an error e in l moves it by e / l, the same size as the output's.
   run.outputs.push_back({"lse", r.lse, tolerance});
+  if (b.flash_backward && in.dout.size() > 0 && cfg.inputs == FlashInputs::fp32 && cfg.fp8 == Fp8Scaling::none) {
+    const FlashGrads grads = b.flash_backward(in.q, in.k, in.v, r.out, r.lse, in.dout, cfg);
+    run.outputs.push_back({"dq", grads.dq, 0.0});
+    run.outputs.push_back({"dk", grads.dk, 0.0});
+    run.outputs.push_back({"dv", grads.dv, 0.0});
+  }
   run.details = {{"tiles_computed", r.tiles_computed}, {"tiles_skipped", r.tiles_skipped}};
   if (b.limits.tiles_keys)
     run.note = "tiles computed " + std::to_string(r.tiles_computed) + ", skipped " + std::to_string(r.tiles_skipped);
@@ -320,11 +350,13 @@ std::string markdown(const GlobalOptions&) {
 
 // ------------------------------------------------------------------------------------- --step
 
-void step_through(const Inputs& in, const FlashConfig& cfg) {
+// Prints query 0 of head 0 tile by tile; returns its scores s_j (in double, for --dump).
+DTensor2 step_through(const Inputs& in, const FlashConfig& cfg) {
   std::ostream& out = std::cout;
-  const std::size_t n = in.q.shape()[1], d = in.q.shape()[2];
+  const std::size_t n = in.k.shape()[1], d = in.q.shape()[2];  // n: the keys
   const double scale = 1 / std::sqrt(static_cast<double>(d));
-  out << "Flash attention, head 0, query 0 (n = " << n << ", d = " << d << ", key tiles of " << cfg.block_k << ")\n";
+  out << "Flash attention, head 0, query 0 (n_q = " << in.q.shape()[1] << ", n_k = " << n << ", d = " << d
+      << ", key tiles of " << cfg.block_k << ")\n";
   // The scores of query 0, all of them, for reference.
   DTensor2 s = DTensor2::from_shape({1, n});
   for (std::size_t j = 0; j < n; ++j) {
@@ -366,6 +398,7 @@ void step_through(const Inputs& in, const FlashConfig& cfg) {
   print_step(out, step, "the same two numbers from the two-pass softmax: the online version is exact");
   const ref::SoftmaxState whole = ref::online_softmax_update({}, std::span<const float>(Tensor1(xt::cast<float>(xt::view(s, 0, xt::all()))).data(), n));
   out << "  m = " << fixed(whole.max, 4) << ", l = " << fixed(whole.sum, 4) << "\n";
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------- figure
@@ -396,39 +429,66 @@ int run(const Options& o, const GlobalOptions& g) {
     std::cout << "wrote " << o.svg << "\n";
     return 0;
   }
-  require_positive(fn, "--seq", o.seq);
-  require_positive(fn, "--head-dim", o.head_dim);
-  require_positive(fn, "--heads", o.heads);
+  // --load: the sizes are the arrays' (read from the headers only: the run is costed first).
+  const Load load(o.load);
+  int heads_size = o.heads, seq_size = o.seq, seq_k_size = o.seq_k, head_dim_size = o.head_dim;
+  if (load.enabled()) {
+    const auto q_shape = load.shape("q", 3, "[heads, seq, head_dim]");
+    const auto k_shape = load.shape("k", 3, "[heads, seq_k, head_dim]");
+    heads_size = size_from_load(o, "--heads", o.heads, q_shape[0], "q.npy's dimension 0 (heads)");
+    seq_size = size_from_load(o, "--seq", o.seq, q_shape[1], "q.npy's dimension 1 (seq)");
+    head_dim_size = size_from_load(o, "--head-dim", o.head_dim, q_shape[2], "q.npy's dimension 2 (head_dim)");
+    seq_k_size = size_from_load(o, "--seq-k", o.seq_k, k_shape[1], "k.npy's dimension 1 (seq_k)");
+  }
+  require_positive(fn, "--seq", seq_size);
+  require_positive(fn, "--head-dim", head_dim_size);
+  require_positive(fn, "--heads", heads_size);
+  require(seq_k_size >= 0, fn, "--seq-k (", seq_k_size, ") must be >= 0 (0 means --seq)");
   require_positive(fn, "--block-q", o.block_q);
   require_positive(fn, "--block-k", o.block_k);
   const FlashConfig cfg = flash_config(o);
-  // What the run will take, before anything is allocated: the inputs (and their 16-bit roundings),
-  // every backend's output and log-sum-exp; the loop reference's Q K^T, P V and an exponential per
-  // score (twice with 16-bit inputs: the fp32 run it is compared with).
-  const auto heads = static_cast<std::uint64_t>(o.heads), n = static_cast<std::uint64_t>(o.seq),
-             d = static_cast<std::uint64_t>(o.head_dim);
+  // What the run will take, before anything is allocated: the inputs q, k, v, dout (and their 16-bit
+  // roundings), every backend's output, log-sum-exp and gradients dq, dk, dv; the loop reference's
+  // Q K^T, P V and an exponential per score (twice with 16-bit inputs: the fp32 run it is compared
+  // with; the backward pass recomputes P and forms dV, dP, dQ, dK: about twice the forward's work).
+  const auto heads = static_cast<std::uint64_t>(heads_size), n = static_cast<std::uint64_t>(seq_size),
+             n_k = seq_k_size > 0 ? static_cast<std::uint64_t>(seq_k_size) : n,
+             d = static_cast<std::uint64_t>(head_dim_size);
+  const std::string seq_option = seq_k_size > 0 && n_k > n ? "--seq-k" : "--seq";
   const bool sixteen_bit = cfg.inputs != FlashInputs::fp32;
   RunCost cost;
-  cost.memory("the inputs q, k, v", {sixteen_bit ? 6u : 3u, heads, n, d}, sizeof(float), "--seq")
-      .memory("every backend's output and log-sum-exp", {ch04::backends().size() + 1, heads, n, d + 1}, sizeof(float),
-              "--seq")
-      .work("the loop reference's scores, exponentials and P V, and the other backends'",
-            {sixteen_bit ? 2u : 1u, heads, n, n, 2 * d + kExpCost}, "--seq",
-            backends_work_factor(o.backend, ch04::backends().size()));
+  const std::uint64_t backends = ch04::backends().size();
+  cost.memory("the inputs q, k, v, dout", {sixteen_bit ? 2u : 1u, heads, 2 * n + 2 * n_k, d}, sizeof(float), seq_option)
+      .memory("every backend's output, log-sum-exp and dq", {backends + 1, heads, n, 2 * d + 1}, sizeof(float), "--seq")
+      .memory("every backend's dk and dv", {backends + 1, heads, n_k, 2 * d}, sizeof(float), seq_option)
+      .work("the loop reference's scores, exponentials and P V (forward and backward), and the other backends'",
+            {sixteen_bit ? 2u : 3u, heads, n, n_k, 2 * d + kExpCost}, seq_option,
+            backends_work_factor(o.backend, backends));
   cost.require_affordable(g);
-  const Inputs in = make_inputs(g.seed, static_cast<std::size_t>(o.heads), static_cast<std::size_t>(o.seq),
-                                static_cast<std::size_t>(o.head_dim));
+  const Inputs in = command_inputs(g.seed, heads, n, n_k, d, load);
   const ch04::Backend& reference = reference_backend(ch04::backends());
   const double tol = tolerance(in, cfg.inputs);
-  const Run expected = *run_on(reference, in, cfg, tol);  // validates everything first
+  Run expected = *run_on(reference, in, cfg, tol);  // validates everything first
+  // The gradients, as in the tests: each a sum of up to K = max(d, n_q, n_k) products whose inputs
+  // (out, lse) carry float rounding; rtol = 10 eps sqrt(K) relative to the largest gradient, and
+  // ten times that absolute (dS = P (dP - D) cancels): 11 rtol max(1, max|g|) in all.
+  for (Output& grad : expected.outputs)
+    if (grad.name == "dq" || grad.name == "dk" || grad.name == "dv") {
+      const Tensor3& g_ref = std::get<Tensor3>(grad.value);
+      grad.tolerance = 11 * reduction_rtol(std::max({d, n, n_k})) *
+                       std::max(1.0, static_cast<double>(xt::amax(xt::abs(g_ref))()));
+    }
   // The step-through follows the algorithm on fp32 inputs (with --inputs, the rounding is reported below).
   FlashConfig fp32_cfg = cfg;
   fp32_cfg.inputs = FlashInputs::fp32;
-  if (o.step) step_through(in, fp32_cfg);
+  DTensor2 step_scores;
+  if (o.step) step_scores = step_through(in, fp32_cfg);
   Dump dump(o.dump);
   dump.write("q", in.q);
   dump.write("k", in.k);
   dump.write("v", in.v);
+  dump.write("dout", in.dout);
+  if (o.step) dump.write_double("step_scores", step_scores);  // query 0's scores, in double
   // What rounding the inputs costs: the emulation against the same attention on fp32 inputs.
   const bool low_precision = cfg.inputs != FlashInputs::fp32;
   const double rounding_error =
@@ -437,11 +497,12 @@ int run(const Options& o, const GlobalOptions& g) {
                     : 0.0;
   const bool json = g.format == "json";
   RunReport report{TVLAB_CHAPTER_NAME, g.seed,
-                   "flash attention forward: heads " + std::to_string(o.heads) + ", seq " + std::to_string(o.seq) +
-                       ", head_dim " + std::to_string(o.head_dim) + ", " + describe(cfg.mask) + ", tiles " +
+                   "flash attention forward and backward: heads " + std::to_string(heads) + ", seq " +
+                       std::to_string(n) + (n_k != n ? ", seq_k " + std::to_string(n_k) : "") + ", head_dim " +
+                       std::to_string(d) + ", " + describe(cfg.mask) + ", tiles " +
                        std::to_string(o.block_q) + " x " + std::to_string(o.block_k) + ", seed " +
                        std::to_string(g.seed) + (low_precision ? ", " + o.inputs + " inputs" : ""),
-                   {{"heads", o.heads}, {"seq", o.seq}, {"head_dim", o.head_dim}, {"mask", describe(cfg.mask)},
+                   {{"heads", heads}, {"seq", n}, {"seq_k", n_k}, {"head_dim", d}, {"mask", describe(cfg.mask)},
                     {"block_q", o.block_q}, {"block_k", o.block_k}, {"inputs", o.inputs}},
                    json};
   if (low_precision) {
@@ -467,9 +528,12 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "flash", "Chapter 04: flash attention, tile by tile", *o,
         "print query 0's online softmax one key tile at a time: m, l and the rescaled output accumulator",
-        "write q.npy, k.npy, v.npy and flash_attention_forward_<backend>.npy, lse_<backend>.npy to DIR",
+        "write q.npy, k.npy, v.npy, dout.npy (the upstream gradient), flash_attention_forward_<backend>.npy, "
+        "lse_<backend>.npy, the gradients dq_<backend>.npy, dk_<backend>.npy, dv_<backend>.npy and, with --step, "
+        "step_scores.npy (float64) to DIR",
         backend_lines(ch04::backends()), [o, &global] { return run(*o, global); });
-    sub.option("--seq", o->seq, "sequence length n");
+    sub.option("--seq", o->seq, "sequence length n (queries)");
+    sub.option("--seq-k", o->seq_k, "number of keys (default: --seq)", ShowDefault::no);
     sub.option("--head-dim", o->head_dim, "head dimension d");
     sub.option("--heads", o->heads, "number of heads");
     sub.option("--block-q", o->block_q, "query rows per tile (B_r)");

@@ -14,6 +14,11 @@ void Dump::write(const std::string& name, const std::variant<Tensor1, Tensor2, T
   files_.push_back(std::visit([&](const auto& t) { return dump_npy(dir_, name, t); }, tensor));
 }
 
+void Dump::write_double(const std::string& name, const std::variant<DTensor1, DTensor2, DTensor3>& tensor) {
+  if (!enabled()) return;
+  files_.push_back(std::visit([&](const auto& t) { return dump_npy(dir_, name, t); }, tensor));
+}
+
 namespace {
 
 // max |a - b| over every element; NaN when the shapes differ or an element is NaN, so that

@@ -102,6 +102,8 @@ class Dump {
   bool enabled() const { return !dir_.empty(); }
   /// Writes `<dir>/<name>.npy` when enabled.
   void write(const std::string& name, const std::variant<Tensor1, Tensor2, Tensor3>& tensor);
+  /// Writes `<dir>/<name>.npy` in float64 when enabled (values computed in double).
+  void write_double(const std::string& name, const std::variant<DTensor1, DTensor2, DTensor3>& tensor);
   const std::vector<std::string>& files() const { return files_; }
 
  private:

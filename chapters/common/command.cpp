@@ -88,6 +88,11 @@ Command add_chapter_command(CommandLine& root, GlobalOptions& global, const std:
                 "print the chapter's documented results, its results.md (--format markdown)");
   Command command(*sub);
   command.option("--dump", standard.dump, dump_help, ShowDefault::no);
+  command.option("--load", standard.load,
+                 "read the inputs from DIR/<name>.npy (the names --dump writes; float32 or float64) instead of "
+                 "drawing them from --seed; the sizes come from the arrays",
+                 ShowDefault::no);
+  standard.given = [sub](const std::string& option) { return sub->count(option) > 0; };
   sub->callback([run = std::move(run), backends = std::move(backends), &standard, &global, sub] {
     if (standard.backend == "list") {
       print_backend_list(std::cout, backends);

@@ -152,6 +152,9 @@ std::string dump_any(const std::string& dir, const std::string& name, const T& t
 std::string dump_npy(const std::string& dir, const std::string& name, const Tensor1& t) { return dump_any(dir, name, t); }
 std::string dump_npy(const std::string& dir, const std::string& name, const Tensor2& t) { return dump_any(dir, name, t); }
 std::string dump_npy(const std::string& dir, const std::string& name, const Tensor3& t) { return dump_any(dir, name, t); }
+std::string dump_npy(const std::string& dir, const std::string& name, const DTensor1& t) { return dump_any(dir, name, t); }
+std::string dump_npy(const std::string& dir, const std::string& name, const DTensor2& t) { return dump_any(dir, name, t); }
+std::string dump_npy(const std::string& dir, const std::string& name, const DTensor3& t) { return dump_any(dir, name, t); }
 
 double max_abs_difference(const Tensor2& a, const Tensor2& b) {
   require(a.shape() == b.shape(), "max_abs_difference", "shapes differ");

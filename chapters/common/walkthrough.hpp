@@ -73,6 +73,10 @@ struct StandardOptions {
   bool step = false;      ///< --step
   std::string backend = "all";
   std::string dump;       ///< --dump DIR
+  std::string load;       ///< --load DIR: the inputs from DIR/<name>.npy instead of the seeded generator
+  /// Whether an option was given on the command line (set by add_chapter_command): a size option
+  /// given with --load must agree with the loaded arrays.
+  std::function<bool(const std::string&)> given;
   bool json = false;      ///< --json (checked against --format and --markdown, then folded into it)
   bool markdown = false;  ///< --markdown
 };
@@ -128,6 +132,10 @@ std::string checks_markdown(const std::vector<DocumentCheck>& checks);
 std::string dump_npy(const std::string& dir, const std::string& name, const Tensor1& tensor);
 std::string dump_npy(const std::string& dir, const std::string& name, const Tensor2& tensor);
 std::string dump_npy(const std::string& dir, const std::string& name, const Tensor3& tensor);
+/// The same in float64, for values computed in double (the step-through's, the frequencies).
+std::string dump_npy(const std::string& dir, const std::string& name, const DTensor1& tensor);
+std::string dump_npy(const std::string& dir, const std::string& name, const DTensor2& tensor);
+std::string dump_npy(const std::string& dir, const std::string& name, const DTensor3& tensor);
 
 /// max |a - b| over all elements (shapes must match).
 double max_abs_difference(const Tensor2& a, const Tensor2& b);

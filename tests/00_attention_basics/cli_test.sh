@@ -18,4 +18,13 @@ check "--svg of a large matrix" 2 "--svg" -- "$tvlab" attention --seq 100 --svg 
 
 check_mask_options attention
 
+check_load_round_trip attention --seq 5 --seq-k 7 --heads 3 --head-dim 4 --causal --step
+is_npy "$tmp"/first/{step_scores,step_weights}.npy
+check_load_errors attention v --causal
+check "attention --load: a size option that disagrees" 2 "--seq: (4) disagrees with --load: q.npy's dimension 1 (seq) is 5" -- \
+  "$tvlab" attention --load "$tmp/first" --seq 4
+check "attention --load: --seq-k that disagrees" 2 "--seq-k: (5) disagrees with --load: k.npy's dimension 1 (seq_k) is 7" -- \
+  "$tvlab" attention --load "$tmp/first" --seq-k 5
+check "attention --load: the sizes that agree" 0 "" -- "$tvlab" attention --load "$tmp/first" --heads 3 --seq 5 --seq-k 7 --head-dim 4
+
 [ "$failures" -eq 0 ]

@@ -73,4 +73,13 @@ check "rope: --hf-config of a missing file" 2 "absent.json" -- "$tvlab" rope --h
 echo '{"max_position_embeddings": 64, "head_dim": 8, "rope_scaling": {"rope_type": "yarn", "factor": "x"}}' > "$tmp/bad.json"
 check "rope: --hf-config with a bad field" 2 "rope_scaling.factor" -- "$tvlab" rope --hf-config "$tmp/bad.json"
 
+check_load_round_trip rope --seq 5 --heads 2 --head-dim 8 --rope-type linear --factor 2 --step
+is_npy "$tmp"/first/{apply_rope_k_ref,inv_freq,step_angles,step_scores}.npy
+check_load_errors rope v --rope-type linear --factor 2
+check "rope --load: a size option that disagrees" 2 "--head-dim: (16) disagrees with --load: q.npy's dimension 2 (head_dim) is 8" -- \
+  "$tvlab" rope --load "$tmp/first" --head-dim 16
+mkdir -p "$tmp/odd"
+for name in q k v; do npy_tool write "$tmp/odd/$name.npy" "<f4" "2,5,7" 0.5; done
+check "rope --load: an odd head_dim" 2 "--head-dim (7) must be positive and even" -- "$tvlab" rope --load "$tmp/odd"
+
 [ "$failures" -eq 0 ]

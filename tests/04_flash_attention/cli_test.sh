@@ -19,4 +19,13 @@ is_svg "$tmp/io.svg"
 
 check_mask_options flash
 
+check_load_round_trip flash --seq 6 --seq-k 9 --heads 2 --head-dim 4 --causal --step
+is_npy "$tmp"/first/{dout,dq_ref,dk_ref,dv_ref,dq_opt,dk_opt,dv_opt,step_scores}.npy
+[ "$(npy_tool shape "$tmp/first/dk_ref.npy")" = "2,9,4" ] && pass "dk has the keys' shape [2, 9, 4]" || fail "dk_ref.npy has shape $(npy_tool shape "$tmp/first/dk_ref.npy"), expected 2,9,4"
+check_load_errors flash dout --causal
+check "flash --load: a size option that disagrees" 2 "--seq-k: (8) disagrees with --load: k.npy's dimension 1 (seq_k) is 9" -- \
+  "$tvlab" flash --load "$tmp/first" --seq-k 8
+check "flash --seq-k: a negative count names the option" 2 "--seq-k" -- "$tvlab" flash --seq-k -1
+check "flash --seq-k with more queries than keys, causal" 2 "seq_q" -- "$tvlab" flash --causal --seq 6 --seq-k 3
+
 [ "$failures" -eq 0 ]

@@ -58,3 +58,79 @@ check_mask_options() {  # check_mask_options ALIAS: --causal, --causal-align and
   check "$alias: a negative --window names the option" 2 "--window" -- "$tvlab" "$alias" --window -1
   check "$alias: an unknown --causal-align names the option" 2 "--causal-align" -- "$tvlab" "$alias" --causal --causal-align middle
 }
+
+npy_tool() { python3 "$(dirname "${BASH_SOURCE[0]}")/npy_tool.py" "$@"; }
+
+# check_load_round_trip ALIAS ARGS...: `tvlab ALIAS ARGS --dump`, then the same command with
+# --load of that dump and another --seed (so nothing random can stand in for the files): every
+# file the first run wrote, the second writes the same (the same inputs give the same outputs).
+# Then the inputs again as float64, which --load rounds back to the same float32 values.
+# Leaves the first dump in $tmp/first.
+check_load_round_trip() {
+  local alias=$1
+  shift
+  rm -rf "$tmp/first" "$tmp/second" "$tmp/wide" "$tmp/third"
+  check "$alias: dump" 0 "" -- "$tvlab" "$alias" "$@" --dump "$tmp/first"
+  check "$alias: load the dump" 0 "" -- "$tvlab" "$alias" "$@" --seed 7 --load "$tmp/first" --dump "$tmp/second"
+  local f name differ=0
+  for f in "$tmp"/first/*.npy; do
+    name=$(basename "$f")
+    npy_tool same "$f" "$tmp/second/$name" || { fail "$alias --load: $name differs from the dumped run's"; differ=1; }
+  done
+  [ "$differ" -eq 0 ] && pass "$alias --load: the $(ls "$tmp"/first | wc -l) files of the dump written again, the same"
+  mkdir -p "$tmp/wide"
+  for f in "$tmp"/first/*.npy; do
+    name=$(basename "$f")
+    # float32 files become float64 (the inputs, and the outputs that do not matter here)
+    npy_tool widen "$f" "$tmp/wide/$name" 2> /dev/null || cp "$f" "$tmp/wide/$name"
+  done
+  check "$alias: load float64 inputs" 0 "" -- "$tvlab" "$alias" "$@" --load "$tmp/wide" --dump "$tmp/third"
+  differ=0
+  for f in "$tmp"/second/*_*.npy; do
+    name=$(basename "$f")
+    case "$name" in step_*) continue ;; esac
+    npy_tool same "$f" "$tmp/third/$name" || { fail "$alias --load of float64: $name differs"; differ=1; }
+  done
+  [ "$differ" -eq 0 ] && pass "$alias --load of float64 inputs: the same outputs"
+}
+
+# check_load_errors ALIAS NAME ARGS...: --load of the dump in $tmp/first with NAME.npy broken in
+# every way (NAME: an input whose shape the first file fixes): each is one line naming the file.
+check_load_errors() {
+  local alias=$1 name=$2
+  shift 2
+  local shape
+  shape=$(npy_tool shape "$tmp/first/$name.npy")
+  broken() {  # a copy of the dump in $tmp/bad, NAME.npy to be replaced
+    rm -rf "$tmp/bad"
+    cp -r "$tmp/first" "$tmp/bad"
+    rm -f "$tmp/bad/$name.npy"
+  }
+  check "$alias --load: no such folder" 2 "--load: $tmp/none is not a folder" -- "$tvlab" "$alias" "$@" --load "$tmp/none"
+  check "$alias --load: a file, not a folder" 2 "is not a folder" -- "$tvlab" "$alias" "$@" --load "$tmp/first/$name.npy"
+  broken
+  check "$alias --load: $name.npy missing" 2 "$name.npy does not exist" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  mkdir "$tmp/bad/$name.npy"
+  check "$alias --load: $name.npy a folder" 2 "$name.npy is not a regular file" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  broken
+  echo "not an array" > "$tmp/bad/$name.npy"
+  check "$alias --load: $name.npy not a .npy" 2 "$name.npy is not a .npy file" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  broken
+  head -c 140 "$tmp/first/$name.npy" > "$tmp/bad/$name.npy"
+  check "$alias --load: $name.npy cut short" 2 "$name.npy has .* bytes of values" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  broken
+  npy_tool write "$tmp/bad/$name.npy" "<i4" "$shape" 1
+  check "$alias --load: $name.npy of int32" 2 "$name.npy holds dtype '<i4', expected float32" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  npy_tool write "$tmp/bad/$name.npy" ">f4" "$shape" 1
+  check "$alias --load: $name.npy big-endian" 2 "$name.npy holds dtype '>f4'" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  npy_tool write "$tmp/bad/$name.npy" "<f4" "$shape" 1 --fortran
+  check "$alias --load: $name.npy in Fortran order" 2 "$name.npy is stored in Fortran order" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  npy_tool write "$tmp/bad/$name.npy" "<f4" "$shape" nan
+  check "$alias --load: $name.npy with NaN" 2 "$name.npy has a non-finite value (nan" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  npy_tool write "$tmp/bad/$name.npy" "<f8" "$shape" 1e300
+  check "$alias --load: $name.npy beyond float32" 2 "$name.npy has a non-finite value (1e+300 is beyond" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  npy_tool write "$tmp/bad/$name.npy" "<f4" "$shape,1" 1
+  check "$alias --load: $name.npy of another rank" 2 "$name.npy has shape \[$(echo "$shape" | sed 's/,/, /g'), 1\]" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  npy_tool write "$tmp/bad/$name.npy" "<f4" "${shape%,*},$((${shape##*,} + 1))" 1
+  check "$alias --load: $name.npy of another shape" 2 "$name.npy has shape .*, expected" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+}
