@@ -136,7 +136,7 @@ double deepseek_softmax_scale_factor(const RopeScaling& sc) {
 
 Tensor3 apply_rope(const Tensor3& x, const RopeFrequencies& freqs, RopeLayout layout, long long position_offset) {
   validate_rope_input("apply_rope", x, freqs, position_offset);
-  const std::size_t heads = x.shape()[0], seq = x.shape()[1], d = x.shape()[2];
+  const std::size_t heads = x.shape()[0], seq = x.shape()[1];
   // The rotated pairs: head_dim / 2, or fewer when only the first 2 * pairs coordinates rotate.
   const std::size_t pairs = freqs.inv_freq.size();
   Tensor3 y = x;  // the coordinates past 2 * pairs pass through unchanged
