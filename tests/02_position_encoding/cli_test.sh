@@ -4,6 +4,10 @@
 source "$(dirname "$0")/../common/cli_lib.sh"
 
 check "rope --step" 0 "" -- "$tvlab" rope --step --backend opt
+check "rope: sizes whose product overflows 64 bits are refused" 2 "--seq" -- "$tvlab" rope --heads 4194304 --seq 4194304 --head-dim 1048576
+check "rope: a position that overflows is refused" 2 "--first-position" -- "$tvlab" rope --first-position 9223372036854775807
+check "rope: the attention factor of --factor 1e300 does not make opt disagree" 0 "" -- "$tvlab" rope --factor 1e300
+check "rope: an unknown --figure is refused without --svg too" 2 "--figure" -- "$tvlab" rope --figure bogus
 check "rope: unknown rope type names the option" 2 "--rope-type" -- "$tvlab" rope --rope-type bogus
 check "rope: unknown layout" 2 "--layout" -- "$tvlab" rope --layout diagonal
 check "rope: odd head_dim" 2 "--head-dim" -- "$tvlab" rope --head-dim 7

@@ -29,7 +29,7 @@ if [ -n "$chapter" ]; then
   check "$name --json --step is refused" 2 "--step" -- "$tvlab" "$name" --json --step
   check "$name --dump '' is refused" 2 "--dump" -- "$tvlab" "$name" --dump ""
   # A run that cannot fit is refused before it starts, naming an option of the chapter.
-  check "$name under --max-memory 1k is refused" 2 "memory" -- "$tvlab" --max-memory 1k "$name" --backend ref
+  check "$name under --max-memory 1 (byte) is refused" 2 "memory" -- "$tvlab" --max-memory 1 "$name" --backend ref
   grep -q "^tvlab: --[a-z-]*: this run needs" "$tmp/err" && pass "$name: the refusal names the option to change" \
     || fail "$name: the memory refusal does not start with the option: $(cat "$tmp/err")"
   # A backend asked for by name that cannot run here is an error, and nothing is written.

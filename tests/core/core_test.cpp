@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "../common/testing.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
@@ -56,6 +57,18 @@ TEST(Core, normal_samples_have_unit_moments) {
   EXPECT_NEAR(sum / n, 0.0, 0.011);
   EXPECT_NEAR(sum_sq / n, 1.0, 0.016);
   EXPECT_NEAR(sum_4 / n, 3.0, 0.11);
+}
+
+TEST(Core, element_counts_that_overflow_are_refused) {
+  // 2^22 x 2^22 x 2^20 = 2^64 wraps around to 0 in size_t: a tensor with that shape would get an
+  // empty buffer. The count is refused instead, and a product that fits is returned exactly.
+  const std::size_t big = std::size_t{1} << 22;
+  EXPECT_TRUE(tvlab::testing::throws_error_naming(
+      [&] { checked_element_count("make_q", {big, big, std::size_t{1} << 20}); }, {"make_q", "[4194304, 4194304, 1048576]"}));
+  EXPECT_TRUE(tvlab::testing::throws_error_naming([&] { Rng(1).normal_tensor(big, big, std::size_t{1} << 20); },
+                                                  {"Rng::normal_tensor"}));
+  EXPECT_EQ(checked_element_count("make_q", {big, big, std::size_t{1} << 19}), std::size_t{1} << 63);
+  EXPECT_EQ(checked_element_count("make_q", {3, 0, big}), 0u);
 }
 
 TEST(Core, uniform_is_in_the_unit_interval) {
