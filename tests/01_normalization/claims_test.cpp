@@ -81,14 +81,17 @@ TEST(Ch01Claims, rms_norm_output_at_a_large_mean_carries_the_features_in_its_las
 }
 
 TEST(Ch01Claims, the_chapters_layer_norms_are_as_accurate_as_rms_norm_at_every_mean) {
-  // ref accumulates in double and rounds once; opt shifts its float sums by the row's first value
-  // (the corrected two-pass). Both stay within a few u of the output at every mean.
+  // ref accumulates in double and rounds once: within a few u. opt shifts its float sums by the
+  // row's first value (the corrected two-pass): float reductions of length d, so within RMSNorm's
+  // bound 10 sqrt(d) u at every mean (how far below it depends on the SIMD width the build uses).
   const Tensor1 gamma = xt::ones<float>({kDim}), beta = xt::zeros<float>({kDim});
   for (double mean : {0.0, 1.0, 100.0, 1e4}) {
     const Tensor2 x = rows_with_mean(mean);
     const DTensor2 exact = layer_norm_exact(x, kEps);
     EXPECT_LT(normwise_relative_error(ref::layer_norm(x, gamma, beta, kEps), exact), 4 * kU) << "ref, mean " << mean;
-    EXPECT_LT(normwise_relative_error(opt::layer_norm(x, gamma, beta, kEps), exact), 4 * kU) << "opt, mean " << mean;
+    EXPECT_LT(normwise_relative_error(opt::layer_norm(x, gamma, beta, kEps), exact),
+              10 * std::sqrt(static_cast<double>(kDim)) * kU)
+        << "opt, mean " << mean;
   }
 }
 
