@@ -34,7 +34,7 @@
 #include "tvlab/ref/alibi.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/learned_positions.hpp"
-#include "tvlab/ref/relative_position_bias.hpp"
+#include "tvlab/analysis/relative_position_bias.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/rope_attention.hpp"
 #include "tvlab/ref/sinusoidal.hpp"
@@ -361,8 +361,8 @@ std::string t5_bucket_table() {
   std::vector<std::vector<std::string>> table;
   for (long long r : {-1000LL, -128LL, -127LL, -64LL, -32LL, -16LL, -15LL, -8LL, -7LL, -1LL, 0LL, 1LL, 7LL, 8LL, 16LL,
                       64LL, 128LL})
-    table.push_back({std::to_string(r), std::to_string(ref::t5_relative_position_bucket(r, true, 32, 128)),
-                     std::to_string(ref::t5_relative_position_bucket(r, false, 32, 128))});
+    table.push_back({std::to_string(r), std::to_string(analysis::t5_relative_position_bucket(r, true, 32, 128)),
+                     std::to_string(analysis::t5_relative_position_bucket(r, false, 32, 128))});
   return markdown_table({"r = j - i'", "bidirectional (encoder)", "unidirectional (decoder)"}, table);
 }
 

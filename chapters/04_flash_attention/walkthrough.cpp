@@ -431,15 +431,8 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   // --load: the sizes are the arrays' (read from the headers only: the run is costed first).
   const Load load(o.load);
-  int heads_size = o.heads, seq_size = o.seq, seq_k_size = o.seq_k, head_dim_size = o.head_dim;
-  if (load.enabled()) {
-    const auto q_shape = load.shape("q", 3, "[heads, seq, head_dim]");
-    const auto k_shape = load.shape("k", 3, "[heads, seq_k, head_dim]");
-    heads_size = size_from_load(o, "--heads", o.heads, q_shape[0], "q.npy's dimension 0 (heads)");
-    seq_size = size_from_load(o, "--seq", o.seq, q_shape[1], "q.npy's dimension 1 (seq)");
-    head_dim_size = size_from_load(o, "--head-dim", o.head_dim, q_shape[2], "q.npy's dimension 2 (head_dim)");
-    seq_k_size = size_from_load(o, "--seq-k", o.seq_k, k_shape[1], "k.npy's dimension 1 (seq_k)");
-  }
+  const AttentionSizes sizes = attention_sizes(load, o, {o.heads, o.seq, o.seq_k, o.head_dim});
+  const int heads_size = sizes.heads, seq_size = sizes.seq, seq_k_size = sizes.seq_k, head_dim_size = sizes.head_dim;
   require_positive(fn, "--seq", seq_size);
   require_positive(fn, "--head-dim", head_dim_size);
   require_positive(fn, "--heads", heads_size);

@@ -194,4 +194,16 @@ int size_from_load(const StandardOptions& standard, const std::string& option, i
   return size;
 }
 
+AttentionSizes attention_sizes(const Load& load, const StandardOptions& standard, AttentionSizes given) {
+  if (!load.enabled()) return given;
+  const auto q_shape = load.shape("q", 3, "[heads, seq, head_dim]");
+  const auto k_shape = load.shape("k", 3, "[heads, seq_k, head_dim]");
+  AttentionSizes sizes;
+  sizes.heads = size_from_load(standard, "--heads", given.heads, q_shape[0], "q.npy's dimension 0 (heads)");
+  sizes.seq = size_from_load(standard, "--seq", given.seq, q_shape[1], "q.npy's dimension 1 (seq)");
+  sizes.head_dim = size_from_load(standard, "--head-dim", given.head_dim, q_shape[2], "q.npy's dimension 2 (head_dim)");
+  sizes.seq_k = size_from_load(standard, "--seq-k", given.seq_k, k_shape[1], "k.npy's dimension 1 (seq_k)");
+  return sizes;
+}
+
 }  // namespace tvlab::cli

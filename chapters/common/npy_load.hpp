@@ -49,4 +49,13 @@ class Load {
 int size_from_load(const StandardOptions& standard, const std::string& option, int option_value, std::size_t loaded,
                    const std::string& where);
 
+/// The sizes of an attention command: --heads, --seq, --seq-k (0: --seq), --head-dim.
+struct AttentionSizes {
+  int heads, seq, seq_k, head_dim;
+};
+
+/// `given` (the options), or with --load the sizes of q.npy `[heads, seq, head_dim]` and k.npy
+/// `[heads, seq_k, head_dim]` (each checked by size_from_load against an option also given).
+AttentionSizes attention_sizes(const Load& load, const StandardOptions& standard, AttentionSizes given);
+
 }  // namespace tvlab::cli

@@ -15,7 +15,7 @@
 #include "tvlab/analysis/sinusoidal_extrapolation.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/rng.hpp"
-#include "tvlab/ref/relative_position_bias.hpp"
+#include "tvlab/analysis/relative_position_bias.hpp"
 #include "tvlab/ref/sinusoidal.hpp"
 
 namespace tvlab::ch02 {
@@ -173,7 +173,7 @@ TEST(Ch02Extrapolation, alibi_never_leaves_its_formula_and_barely_looks_beyond_l
 TEST(Ch02T5Buckets, decoder_buckets_computed_by_hand) {
   // Unidirectional, num_buckets 32, max_distance 128: B = 32, E = 16, n = max(-r, 0).
   // n < 16: bucket n. n >= 16: 16 + floor(ln(n/16) / ln 8 * 16), at most 31.
-  auto bucket = [](long long r) { return ref::t5_relative_position_bucket(r, false, 32, 128); };
+  auto bucket = [](long long r) { return analysis::t5_relative_position_bucket(r, false, 32, 128); };
   EXPECT_EQ(bucket(0), 0);
   EXPECT_EQ(bucket(-1), 1);
   EXPECT_EQ(bucket(-15), 15);  // the last exact bucket
@@ -192,7 +192,7 @@ TEST(Ch02T5Buckets, decoder_buckets_computed_by_hand) {
 TEST(Ch02T5Buckets, encoder_buckets_split_by_direction) {
   // Bidirectional, num_buckets 32, max_distance 128: two halves of B = 16 (E = 8), keys after
   // the query (r > 0) in 16 .. 31. n >= 8: 8 + floor(ln(n/8) / ln 16 * 8) = 8 + floor(2 log2(n/8)).
-  auto bucket = [](long long r) { return ref::t5_relative_position_bucket(r, true, 32, 128); };
+  auto bucket = [](long long r) { return analysis::t5_relative_position_bucket(r, true, 32, 128); };
   EXPECT_EQ(bucket(0), 0);
   EXPECT_EQ(bucket(-5), 5);
   EXPECT_EQ(bucket(5), 21);     // 16 + 5
@@ -211,9 +211,9 @@ TEST(Ch02T5Buckets, encoder_buckets_split_by_direction) {
   EXPECT_EQ(bucket(99999), 31);
   // Every edge n = 8 * 2^(t/2) that is a whole number starts its bucket: n - 1 is one bucket lower.
   for (long long n : {16LL, 32LL, 64LL}) EXPECT_EQ(bucket(-n) - bucket(-(n - 1)), 1) << "n = " << n;
-  EXPECT_TRUE(throws_error_naming([] { ref::t5_relative_position_bucket(0, true, 3, 128); }, {"num_buckets"}));
-  EXPECT_TRUE(throws_error_naming([] { ref::t5_relative_position_bucket(0, false, 1, 128); }, {"num_buckets"}));
-  EXPECT_TRUE(throws_error_naming([] { ref::t5_relative_position_bucket(0, true, 32, 8); }, {"max_distance"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::t5_relative_position_bucket(0, true, 3, 128); }, {"num_buckets"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::t5_relative_position_bucket(0, false, 1, 128); }, {"num_buckets"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::t5_relative_position_bucket(0, true, 32, 8); }, {"max_distance"}));
 }
 
 TEST(Ch02T5Bias, bias_looks_up_the_table_by_bucket_with_the_queries_last) {
@@ -223,7 +223,7 @@ TEST(Ch02T5Bias, bias_looks_up_the_table_by_bucket_with_the_queries_last) {
   Tensor2 table = Tensor2::from_shape({buckets, heads});
   for (std::size_t b = 0; b < buckets; ++b)
     for (std::size_t h = 0; h < heads; ++h) table(b, h) = static_cast<float>(100 * h + b);
-  const Tensor3 bias = ref::t5_relative_position_bias(table, 2, 40, true, 128);
+  const Tensor3 bias = analysis::t5_relative_position_bias(table, 2, 40, true, 128);
   ASSERT_EQ(bias.shape()[0], heads);
   ASSERT_EQ(bias.shape()[1], 2U);
   ASSERT_EQ(bias.shape()[2], 40U);
@@ -241,15 +241,15 @@ TEST(Ch02T5Bias, bias_looks_up_the_table_by_bucket_with_the_queries_last) {
     for (std::size_t i = 0; i < 2; ++i)
       for (std::size_t j = 0; j < 40; ++j)
         EXPECT_EQ(bias(h, i, j),
-                  table(static_cast<std::size_t>(ref::t5_relative_position_bucket(
+                  table(static_cast<std::size_t>(analysis::t5_relative_position_bucket(
                             static_cast<long long>(j) - static_cast<long long>(i + 38), true, 32, 128)),
                         h));
-  EXPECT_TRUE(throws_error_naming([&] { ref::t5_relative_position_bias(table, 0, 4, true, 128); }, {"seq_q"}));
-  EXPECT_TRUE(throws_error_naming([&] { ref::t5_relative_position_bias(table, 2, 0, true, 128); }, {"seq_k"}));
-  EXPECT_TRUE(throws_error_naming([&] { ref::t5_relative_position_bias(table, 2, 4, true, 8); }, {"max_distance"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::t5_relative_position_bias(table, 0, 4, true, 128); }, {"seq_q"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::t5_relative_position_bias(table, 2, 0, true, 128); }, {"seq_k"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::t5_relative_position_bias(table, 2, 4, true, 8); }, {"max_distance"}));
   Tensor2 bad = table;
   bad(3, 1) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { ref::t5_relative_position_bias(bad, 2, 4, true, 128); }, {"table"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::t5_relative_position_bias(bad, 2, 4, true, 128); }, {"table"}));
 }
 
 TEST(Ch02T5Bias, attention_with_t5_bias_matches_the_double_oracle) {
@@ -261,11 +261,11 @@ TEST(Ch02T5Bias, attention_with_t5_bias_matches_the_double_oracle) {
     Rng rng(21);
     const Tensor3 q = rng.normal_tensor(heads, nq, d), k = rng.normal_tensor(heads, nk, d), v = rng.normal_tensor(heads, nk, d);
     const Tensor2 table = rng.normal_matrix(32, heads, 0, 3);
-    const Tensor3 bias = ref::t5_relative_position_bias(table, static_cast<long long>(nq), static_cast<long long>(nk),
+    const Tensor3 bias = analysis::t5_relative_position_bias(table, static_cast<long long>(nq), static_cast<long long>(nk),
                                                         bidirectional, 128);
     AttentionConfig cfg;
     cfg.mask.causal = !bidirectional;  // a decoder: causal, bottom-right as the bias
-    const Tensor3 got = ref::attention_with_head_bias(q, k, v, bias, cfg);
+    const Tensor3 got = analysis::attention_with_head_bias(q, k, v, bias, cfg);
     for (std::size_t h = 0; h < heads; ++h) {
       const Tensor3 qh = xt::view(q, xt::range(h, h + 1), xt::all(), xt::all());
       const Tensor3 kh = xt::view(k, xt::range(h, h + 1), xt::all(), xt::all());
@@ -289,14 +289,14 @@ TEST(Ch02T5Bias, attention_with_head_bias_rejects_bad_bias) {
   Rng rng(2);
   const Tensor3 q = rng.normal_tensor(2, 3, 4), k = rng.normal_tensor(2, 5, 4), v = rng.normal_tensor(2, 5, 4);
   const Tensor3 wrong = xt::zeros<float>({2UL, 5UL, 5UL});
-  EXPECT_TRUE(throws_error_naming([&] { ref::attention_with_head_bias(q, k, v, wrong); }, {"attention_with_head_bias", "bias"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::attention_with_head_bias(q, k, v, wrong); }, {"attention_with_head_bias", "bias"}));
   Tensor3 nan = xt::zeros<float>({2UL, 3UL, 5UL});
   nan(1, 2, 4) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { ref::attention_with_head_bias(q, k, v, nan); }, {"attention_with_head_bias", "bias"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::attention_with_head_bias(q, k, v, nan); }, {"attention_with_head_bias", "bias"}));
   // -inf hides a key: a row hidden everywhere gives 0.
   Tensor3 hide = xt::zeros<float>({2UL, 3UL, 5UL});
   for (std::size_t j = 0; j < 5; ++j) hide(0, 1, j) = -std::numeric_limits<float>::infinity();
-  const Tensor3 out = ref::attention_with_head_bias(q, k, v, hide);
+  const Tensor3 out = analysis::attention_with_head_bias(q, k, v, hide);
   for (std::size_t c = 0; c < 4; ++c) EXPECT_EQ(out(0, 1, c), 0.0F);
 }
 

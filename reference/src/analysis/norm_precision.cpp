@@ -22,73 +22,55 @@ void check_shapes(const char* fn, const Tensor2& y, const DTensor2& exact) {
 
 }  // namespace
 
-DTensor2 layer_norm_exact(const Tensor2& x, double eps) {
-  check_input("layer_norm_exact", x, eps);
-  const std::size_t rows = x.shape()[0], d = x.shape()[1];
-  DTensor2 y = DTensor2::from_shape({rows, d});
-  for (std::size_t t = 0; t < rows; ++t) {
-    // mu = (1/d) sum_j x_j,  sigma^2 = (1/d) sum_j (x_j - mu)^2, in double (exact to about 1e-16).
-    double mu = 0;
-    for (std::size_t j = 0; j < d; ++j) mu += x(t, j);
-    mu /= static_cast<double>(d);
-    double var = 0;
-    for (std::size_t j = 0; j < d; ++j) var += (x(t, j) - mu) * (x(t, j) - mu);
-    const double rstd = 1 / std::sqrt(var / static_cast<double>(d) + eps);
-    for (std::size_t j = 0; j < d; ++j) y(t, j) = (x(t, j) - mu) * rstd;
-  }
-  return y;
-}
+namespace {
 
-DTensor2 rms_norm_exact(const Tensor2& x, double eps) {
-  check_input("rms_norm_exact", x, eps);
+// The textbook norms with every operation in `Real`: in double they are the exact oracles (errors
+// about 1e-16), in float the textbook float32 code whose rounding the chapter measures.
+template <class Real>
+xt::xtensor<Real, 2> layer_norm_in(const char* fn, const Tensor2& x, double eps) {
+  check_input(fn, x, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
-  DTensor2 y = DTensor2::from_shape({rows, d});
+  xt::xtensor<Real, 2> y = xt::xtensor<Real, 2>::from_shape({rows, d});
+  const Real eps_r = static_cast<Real>(eps), d_r = static_cast<Real>(d);
   for (std::size_t t = 0; t < rows; ++t) {
-    // r = sqrt((1/d) sum_j x_j^2 + eps)
-    double ms = 0;
-    for (std::size_t j = 0; j < d; ++j) ms += static_cast<double>(x(t, j)) * x(t, j);
-    const double r = std::sqrt(ms / static_cast<double>(d) + eps);
-    for (std::size_t j = 0; j < d; ++j) y(t, j) = x(t, j) / r;
-  }
-  return y;
-}
-
-Tensor2 layer_norm_float32(const Tensor2& x, double eps) {
-  check_input("layer_norm_float32", x, eps);
-  const std::size_t rows = x.shape()[0], d = x.shape()[1];
-  Tensor2 y = Tensor2::from_shape({rows, d});
-  const float eps_f = static_cast<float>(eps), d_f = static_cast<float>(d);
-  for (std::size_t t = 0; t < rows; ++t) {
-    // mu = (1/d) sum_j x_j in float: the running sum reaches d |mu|, and each addition rounds it.
-    float sum = 0;
+    // mu = (1/d) sum_j x_j: in float the running sum reaches d |mu|, and each addition rounds it.
+    Real sum = 0;
     for (std::size_t j = 0; j < d; ++j) sum += x(t, j);
-    const float mu = sum / d_f;
-    // sigma^2 = (1/d) sum_j (x_j - mu)^2 around the rounded mu.
-    float sq = 0;
+    const Real mu = sum / d_r;
+    // sigma^2 = (1/d) sum_j (x_j - mu)^2 around the (rounded) mu.
+    Real sq = 0;
     for (std::size_t j = 0; j < d; ++j) {
-      const float c = x(t, j) - mu;
+      const Real c = x(t, j) - mu;
       sq += c * c;
     }
-    const float rstd = 1.0f / std::sqrt(sq / d_f + eps_f);
+    const Real rstd = Real(1) / std::sqrt(sq / d_r + eps_r);
     for (std::size_t j = 0; j < d; ++j) y(t, j) = (x(t, j) - mu) * rstd;
   }
   return y;
 }
 
-Tensor2 rms_norm_float32(const Tensor2& x, double eps) {
-  check_input("rms_norm_float32", x, eps);
+template <class Real>
+xt::xtensor<Real, 2> rms_norm_in(const char* fn, const Tensor2& x, double eps) {
+  check_input(fn, x, eps);
   const std::size_t rows = x.shape()[0], d = x.shape()[1];
-  Tensor2 y = Tensor2::from_shape({rows, d});
-  const float eps_f = static_cast<float>(eps), d_f = static_cast<float>(d);
+  xt::xtensor<Real, 2> y = xt::xtensor<Real, 2>::from_shape({rows, d});
+  const Real eps_r = static_cast<Real>(eps), d_r = static_cast<Real>(d);
   for (std::size_t t = 0; t < rows; ++t) {
-    // r = sqrt((1/d) sum_j x_j^2 + eps) in float: only additions of positive terms, no cancellation.
-    float sq = 0;
-    for (std::size_t j = 0; j < d; ++j) sq += x(t, j) * x(t, j);
-    const float r = std::sqrt(sq / d_f + eps_f);
+    // r = sqrt((1/d) sum_j x_j^2 + eps): only additions of positive terms, no cancellation.
+    Real sq = 0;
+    for (std::size_t j = 0; j < d; ++j) sq += static_cast<Real>(x(t, j)) * static_cast<Real>(x(t, j));
+    const Real r = std::sqrt(sq / d_r + eps_r);
     for (std::size_t j = 0; j < d; ++j) y(t, j) = x(t, j) / r;
   }
   return y;
 }
+
+}  // namespace
+
+DTensor2 layer_norm_exact(const Tensor2& x, double eps) { return layer_norm_in<double>("layer_norm_exact", x, eps); }
+DTensor2 rms_norm_exact(const Tensor2& x, double eps) { return rms_norm_in<double>("rms_norm_exact", x, eps); }
+Tensor2 layer_norm_float32(const Tensor2& x, double eps) { return layer_norm_in<float>("layer_norm_float32", x, eps); }
+Tensor2 rms_norm_float32(const Tensor2& x, double eps) { return rms_norm_in<float>("rms_norm_float32", x, eps); }
 
 double normwise_relative_error(const Tensor2& y, const DTensor2& exact) {
   check_shapes("normwise_relative_error", y, exact);

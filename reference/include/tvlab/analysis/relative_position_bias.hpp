@@ -1,12 +1,13 @@
 #pragma once
 /// @file
 /// T5's bucketed relative position bias (Raffel et al., 2020), fed to attention through the
-/// additive bias of `AttentionMask` (chapter 02).
+/// additive bias of `AttentionMask` (chapter 02). An experiment of the lesson built on the
+/// reference's attention (tvlab::analysis), not a kernel with optimized and CUDA versions.
 
 #include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/tensor.hpp"
 
-namespace tvlab::ref {
+namespace tvlab::analysis {
 
 /// @ingroup ch02
 /// The bucket of the relative position \f$ r = j - i' \f$ (key position minus query position), as T5
@@ -45,4 +46,4 @@ Tensor3 t5_relative_position_bias(const Tensor2& table, long long seq_q, long lo
 Tensor3 attention_with_head_bias(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& bias,
                                  const AttentionConfig& cfg = {});
 
-}  // namespace tvlab::ref
+}  // namespace tvlab::analysis

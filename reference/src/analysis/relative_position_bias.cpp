@@ -1,4 +1,4 @@
-#include "tvlab/ref/relative_position_bias.hpp"
+#include "tvlab/analysis/relative_position_bias.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/attention.hpp"
 
-namespace tvlab::ref {
+namespace tvlab::analysis {
 namespace {
 
 void check_buckets(const char* fn, bool bidirectional, int num_buckets, int max_distance) {
@@ -95,10 +95,10 @@ Tensor3 attention_with_head_bias(const Tensor3& q, const Tensor3& k, const Tenso
               "), got ", cfg.mask.alibi_slopes->size());
       head_cfg.mask.alibi_slopes = DTensor1({(*cfg.mask.alibi_slopes)(h)});
     }
-    const Tensor3 oh = scaled_dot_product_attention(qh, kh, vh, head_cfg);
+    const Tensor3 oh = ref::scaled_dot_product_attention(qh, kh, vh, head_cfg);
     xt::view(out, h, xt::all(), xt::all()) = xt::view(oh, 0, xt::all(), xt::all());
   }
   return out;
 }
 
-}  // namespace tvlab::ref
+}  // namespace tvlab::analysis
