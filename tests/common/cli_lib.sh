@@ -65,7 +65,8 @@ npy_tool() { python3 "$(dirname "${BASH_SOURCE[0]}")/npy_tool.py" "$@"; }
 # --load of that dump and another --seed (so nothing random can stand in for the files): every
 # file the first run wrote, the second writes the same (the same inputs give the same outputs).
 # Then the inputs again as float64, which --load rounds back to the same float32 values.
-# Leaves the first dump in $tmp/first.
+# Leaves the first dump in $tmp/first. Both runs' files come from tvlab's one .npy writer, so
+# the same array is the same bytes: `cmp` compares them.
 check_load_round_trip() {
   local alias=$1
   shift
@@ -75,21 +76,17 @@ check_load_round_trip() {
   local f name differ=0
   for f in "$tmp"/first/*.npy; do
     name=$(basename "$f")
-    npy_tool same "$f" "$tmp/second/$name" || { fail "$alias --load: $name differs from the dumped run's"; differ=1; }
+    cmp -s "$f" "$tmp/second/$name" || { fail "$alias --load: $name differs from the dumped run's"; differ=1; }
   done
   [ "$differ" -eq 0 ] && pass "$alias --load: the $(ls "$tmp"/first | wc -l) files of the dump written again, the same"
-  mkdir -p "$tmp/wide"
-  for f in "$tmp"/first/*.npy; do
-    name=$(basename "$f")
-    # float32 files become float64 (the inputs, and the outputs that do not matter here)
-    npy_tool widen "$f" "$tmp/wide/$name" 2> /dev/null || cp "$f" "$tmp/wide/$name"
-  done
+  # float32 files become float64 (the inputs, and the outputs that do not matter here)
+  npy_tool widen-folder "$tmp/first" "$tmp/wide" || fail "$alias: widening the dump to float64"
   check "$alias: load float64 inputs" 0 "" -- "$tvlab" "$alias" "$@" --load "$tmp/wide" --dump "$tmp/third"
   differ=0
   for f in "$tmp"/second/*_*.npy; do
     name=$(basename "$f")
     case "$name" in step_*) continue ;; esac
-    npy_tool same "$f" "$tmp/third/$name" || { fail "$alias --load of float64: $name differs"; differ=1; }
+    cmp -s "$f" "$tmp/third/$name" || { fail "$alias --load of float64: $name differs"; differ=1; }
   done
   [ "$differ" -eq 0 ] && pass "$alias --load of float64 inputs: the same outputs"
 }
@@ -118,19 +115,21 @@ check_load_errors() {
   broken
   head -c 140 "$tmp/first/$name.npy" > "$tmp/bad/$name.npy"
   check "$alias --load: $name.npy cut short" 2 "$name.npy has .* bytes of values" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  broken
-  npy_tool write "$tmp/bad/$name.npy" "<i4" "$shape" 1
-  check "$alias --load: $name.npy of int32" 2 "$name.npy holds dtype '<i4', expected float32" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  npy_tool write "$tmp/bad/$name.npy" ">f4" "$shape" 1
-  check "$alias --load: $name.npy big-endian" 2 "$name.npy holds dtype '>f4'" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  npy_tool write "$tmp/bad/$name.npy" "<f4" "$shape" 1 --fortran
-  check "$alias --load: $name.npy in Fortran order" 2 "$name.npy is stored in Fortran order" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  npy_tool write "$tmp/bad/$name.npy" "<f4" "$shape" nan
-  check "$alias --load: $name.npy with NaN" 2 "$name.npy has a non-finite value (nan" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  npy_tool write "$tmp/bad/$name.npy" "<f8" "$shape" 1e300
-  check "$alias --load: $name.npy beyond float32" 2 "$name.npy has a non-finite value (1e+300 is beyond" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  npy_tool write "$tmp/bad/$name.npy" "<f4" "$shape,1" 1
-  check "$alias --load: $name.npy of another rank" 2 "$name.npy has shape \[$(echo "$shape" | sed 's/,/, /g'), 1\]" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
-  npy_tool write "$tmp/bad/$name.npy" "<f4" "${shape%,*},$((${shape##*,} + 1))" 1
-  check "$alias --load: $name.npy of another shape" 2 "$name.npy has shape .*, expected" -- "$tvlab" "$alias" "$@" --load "$tmp/bad"
+  # The broken arrays, each in its own copy of the dump, written by one Python process.
+  local variant
+  for variant in int32 big_endian fortran nan huge rank shape; do
+    rm -rf "$tmp/bad_$variant"
+    cp -r "$tmp/first" "$tmp/bad_$variant"
+  done
+  npy_tool write "$tmp/bad_int32/$name.npy" "<i4" "$shape" 1 + "$tmp/bad_big_endian/$name.npy" ">f4" "$shape" 1 \
+    + "$tmp/bad_fortran/$name.npy" "<f4" "$shape" 1 --fortran + "$tmp/bad_nan/$name.npy" "<f4" "$shape" nan \
+    + "$tmp/bad_huge/$name.npy" "<f8" "$shape" 1e300 + "$tmp/bad_rank/$name.npy" "<f4" "$shape,1" 1 \
+    + "$tmp/bad_shape/$name.npy" "<f4" "${shape%,*},$((${shape##*,} + 1))" 1
+  check "$alias --load: $name.npy of int32" 2 "$name.npy holds dtype '<i4', expected float32" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_int32"
+  check "$alias --load: $name.npy big-endian" 2 "$name.npy holds dtype '>f4'" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_big_endian"
+  check "$alias --load: $name.npy in Fortran order" 2 "$name.npy is stored in Fortran order" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_fortran"
+  check "$alias --load: $name.npy with NaN" 2 "$name.npy has a non-finite value (nan" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_nan"
+  check "$alias --load: $name.npy beyond float32" 2 "$name.npy has a non-finite value (1e+300 is beyond" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_huge"
+  check "$alias --load: $name.npy of another rank" 2 "$name.npy has shape \[$(echo "$shape" | sed 's/,/, /g'), 1\]" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_rank"
+  check "$alias --load: $name.npy of another shape" 2 "$name.npy has shape .*, expected" -- "$tvlab" "$alias" "$@" --load "$tmp/bad_shape"
 }

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Small .npy helpers for the command-line tests of --dump and --load (standard library only;
-NumPy is used to compare arrays when it is installed).
+"""Small .npy helpers for the command-line tests of --dump and --load (standard library only).
 
-  npy_tool.py same A.npy B.npy            exit 0 when both hold the same array
-  npy_tool.py widen SRC.npy DST.npy       float32 SRC written again as float64 (exact)
-  npy_tool.py write DST.npy DESCR SHAPE FILL [--fortran]
+  npy_tool.py widen-folder SRC DST        each float32 .npy of folder SRC written again as
+                                          float64 (exact) into DST, the other files copied
+  npy_tool.py write DST.npy DESCR SHAPE FILL [--fortran] [+ DST.npy DESCR SHAPE FILL ...]
                                           an array of SHAPE ("2,3"; "" for a scalar) with
                                           every element FILL ("0.5", "nan", "inf"), dtype
-                                          DESCR ("<f4", "<f8", "<i4", ">f4")
+                                          DESCR ("<f4", "<f8", "<i4", ">f4"); "+" starts
+                                          another file (one process for many: Python's start
+                                          is most of the command-line tests' time)
   npy_tool.py shape A.npy                 prints the shape, "2,6,4"
 """
 import ast
 import math
+import os
+import shutil
 import struct
 import sys
 
@@ -37,37 +40,47 @@ def write(path, descr, shape, payload, fortran=False):
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + payload)
 
 
-def same(a, b):
-    try:
-        import numpy
-    except ImportError:  # without NumPy: the same bytes
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            return fa.read() == fb.read()
-    x, y = numpy.load(a), numpy.load(b)
-    return x.dtype == y.dtype and x.shape == y.shape and numpy.array_equal(x, y, equal_nan=True)
+def widen(source, destination):
+    header, payload = read(source)
+    assert header["descr"] == "<f4", source + " is not float32"
+    values = struct.unpack("<%df" % (len(payload) // 4), payload)
+    write(destination, "<f8", header["shape"], struct.pack("<%dd" % len(values), *values))
+
+
+def write_filled(path, descr, shape_text, fill, fortran):
+    shape = [int(n) for n in shape_text.split(",") if n]
+    count = math.prod(shape)
+    code = {"<f4": "<f", "<f8": "<d", "<i4": "<i", ">f4": ">f"}[descr]
+    value = int(float(fill)) if code.endswith("i") else float(fill)
+    write(path, descr, shape, struct.pack(code[0] + str(count) + code[1], *([value] * count)), fortran)
 
 
 def main(argv):
     command = argv[1]
-    if command == "same":
-        return 0 if same(argv[2], argv[3]) else 1
     if command == "shape":
         header, _ = read(argv[2])
         print(",".join(str(n) for n in header["shape"]))
         return 0
-    if command == "widen":
-        header, payload = read(argv[2])
-        assert header["descr"] == "<f4", argv[2] + " is not float32"
-        values = struct.unpack("<%df" % (len(payload) // 4), payload)
-        write(argv[3], "<f8", header["shape"], struct.pack("<%dd" % len(values), *values))
+    if command == "widen-folder":
+        os.makedirs(argv[3], exist_ok=True)
+        for name in sorted(os.listdir(argv[2])):
+            source, destination = os.path.join(argv[2], name), os.path.join(argv[3], name)
+            if name.endswith(".npy") and read(source)[0]["descr"] == "<f4":
+                widen(source, destination)
+            else:
+                shutil.copyfile(source, destination)
         return 0
     if command == "write":
-        path, descr, shape_text, fill = argv[2:6]
-        shape = [int(n) for n in shape_text.split(",") if n]
-        count = math.prod(shape)
-        code = {"<f4": "<f", "<f8": "<d", "<i4": "<i", ">f4": ">f"}[descr]
-        value = int(float(fill)) if code.endswith("i") else float(fill)
-        write(path, descr, shape, struct.pack(code[0] + str(count) + code[1], *([value] * count)), "--fortran" in argv)
+        groups, group = [], []
+        for word in argv[2:]:
+            if word == "+":
+                groups.append(group)
+                group = []
+            else:
+                group.append(word)
+        groups.append(group)
+        for path, descr, shape_text, fill, *flags in groups:
+            write_filled(path, descr, shape_text, fill, "--fortran" in flags)
         return 0
     print(__doc__)
     return 2
