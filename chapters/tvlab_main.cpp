@@ -37,10 +37,19 @@ int list(bool names, bool figures, const GlobalOptions& g) {
 }
 
 // Every chapter's documented examples: implementations' agreement, document numbers, errata.
-int tour(const GlobalOptions& g) {
+// `only`: one chapter's name or alias (empty: every chapter).
+int tour(const GlobalOptions& g, const std::string& only) {
   require(g.format != "markdown", "--format", "markdown is for a chapter's results (tvlab NN --markdown), not the tour");
+  std::vector<Chapter> toured;
+  for (const auto& c : chapters())
+    if (only.empty() || only == c.name || only == c.alias) toured.push_back(c);
+  if (toured.empty()) {
+    std::string names;
+    for (const auto& c : chapters()) names += (names.empty() ? "" : ", ") + c.name;
+    fail("--chapter", "no chapter is named '", only, "' (the chapters: ", names, ")");
+  }
   std::vector<std::pair<std::string, TourReport>> reports;
-  for (const auto& c : chapters()) reports.emplace_back(c.name, c.tour(g));
+  for (const auto& c : toured) reports.emplace_back(c.name, c.tour(g));
   bool ok = true;
   for (const auto& [name, r] : reports) ok = ok && r.all_agree();
   if (!ok) std::cerr << "tvlab: tour: some implementations disagree with the reference (listed as DISAGREES)\n";
@@ -49,7 +58,7 @@ int tour(const GlobalOptions& g) {
     return ok ? 0 : 1;
   }
   std::cout << "tvlab tour — CUDA: " << cuda::device_description() << "\n";
-  for (const auto& c : chapters()) {
+  for (const auto& c : toured) {
     const TourReport& r = std::find_if(reports.begin(), reports.end(), [&](const auto& p) { return p.first == c.name; })->second;
     int agree = 0, skipped = 0, reproduced = 0;
     for (const auto& a : r.agreements) {
@@ -86,8 +95,10 @@ int main(int argc, char** argv) {
   line.subcommand("list", "list the chapters", [&] { return list(list_names, list_figures, global); })
       .flag("--names", list_names, "only the chapters' names, one a line")
       .flag("--figures", list_figures, "the lessons' figures: FILE<tab>COMMAND, made by `tvlab COMMAND --svg FILE`");
+  std::string tour_chapter;
   line.subcommand("tour", "run every chapter's documented examples; non-zero exit if any implementation disagrees",
-                  [&] { return tour(global); });
+                  [&] { return tour(global, tour_chapter); })
+      .option("--chapter", tour_chapter, "only this chapter (its name or short name)");
   for (const auto& c : chapters()) c.add_subcommand(line, global);
   return line.run(argc, argv);
 }

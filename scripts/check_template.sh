@@ -26,7 +26,7 @@ echo "--- build with $name added (the globs find it; nothing else edited)"
 cmake --build "$build" -j "$jobs" > "$build/check_template.log" 2>&1 || { tail -40 "$build/check_template.log"; exit 1; }
 tvlab=$build/chapters/tvlab
 "$tvlab" list --names | grep -qx "$name" && echo "ok   tvlab list names $name" || { echo "FAIL tvlab list does not name $name"; exit 1; }
-"$tvlab" tour > "$build/check_template_tour.txt" || { cat "$build/check_template_tour.txt"; echo "FAIL tvlab tour"; exit 1; }
+"$tvlab" tour --chapter "$name" > "$build/check_template_tour.txt" || { cat "$build/check_template_tour.txt"; echo "FAIL tvlab tour"; exit 1; }
 grep -q "^$name:" "$build/check_template_tour.txt" && echo "ok   tvlab tour runs $name" || { echo "FAIL tvlab tour does not run $name"; exit 1; }
 
 echo "--- its tests (label ch99) pass"
