@@ -32,7 +32,12 @@ CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))
 deps:
 	@bash scripts/install_deps.sh
 
+# A build folder configured earlier with another generator is reconfigured from scratch (CMake
+# refuses to switch generators in place); its compiled objects stay in ccache.
+reset-generator = grep -qs '^CMAKE_GENERATOR:INTERNAL=Ninja$$' $(1)/CMakeCache.txt || rm -rf $(1)/CMakeCache.txt $(1)/CMakeFiles
+
 configure: deps
+	@$(call reset-generator,$(BUILD))
 	cmake --preset default
 
 build: configure
@@ -99,6 +104,7 @@ check-template: build
 	bash scripts/check_template.sh $(BUILD)
 
 sanitize: deps
+	@$(call reset-generator,build/debug)
 	cmake --preset debug
 	cmake --build build/debug -j $(JOBS) --target tvlab_tests
 	ctest --preset debug -j $(JOBS)
