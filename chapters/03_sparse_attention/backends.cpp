@@ -1,6 +1,7 @@
 #include "backends.hpp"
 
 #include "tvlab/ref/sparse_attention.hpp"
+#include "tvlab/student/sparse_attention.hpp"
 
 namespace tvlab::sparse {
 
@@ -12,6 +13,8 @@ const std::vector<Backend>& backends() {
        .kind = BackendKind::reference,
        .block_sparse = ref::block_sparse_attention,
        .sliding_window = ref::sliding_window_attention},
+      // Exercise 03.3: the sliding-window kernel's inner loop.
+      {.name = "student", .kind = BackendKind::student, .sliding_window = student::sliding_window_attention},
   };
   return all;
 }
