@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/opt/sparse_attention.hpp"
 #include "tvlab/ref/sparse_attention.hpp"
 #include "tvlab/student/sparse_attention.hpp"
 
@@ -8,14 +9,25 @@ namespace tvlab::sparse {
 // Every implementation, in the order the lesson reads them: the reference, each optimized
 // version, the CUDA kernels, the student's.
 const std::vector<Backend>& backends() {
-  static const std::vector<Backend> all = {
-      {.name = "ref",
-       .kind = BackendKind::reference,
-       .block_sparse = ref::block_sparse_attention,
-       .sliding_window = ref::sliding_window_attention},
-      // Exercise 03.3: the sliding-window kernel's inner loop.
-      {.name = "student", .kind = BackendKind::student, .sliding_window = student::sliding_window_attention},
-  };
+  static const std::vector<Backend> all = [] {
+    std::vector<Backend> table = {
+        {.name = "ref",
+         .kind = BackendKind::reference,
+         .block_sparse = ref::block_sparse_attention,
+         .sliding_window = ref::sliding_window_attention},
+        // The headline versions: the last block-sparse version, and the window kernel on its tiles.
+        {.name = "opt",
+         .kind = BackendKind::optimized,
+         .block_sparse = opt::block_sparse_attention,
+         .sliding_window = opt::sliding_window_attention},
+    };
+    // Every step of the lesson's block-sparse kernel.
+    for (const auto& variant : opt::block_sparse_variants())
+      table.push_back({.name = "opt_" + variant.name, .kind = BackendKind::optimized, .block_sparse = variant.function});
+    // Exercise 03.3: the sliding-window kernel's inner loop.
+    table.push_back({.name = "student", .kind = BackendKind::student, .sliding_window = student::sliding_window_attention});
+    return table;
+  }();
   return all;
 }
 
