@@ -75,7 +75,12 @@ FlashOutput block_sparse_attention(const Tensor3& q, const Tensor3& k, const Ten
     patterns.push_back(to_pattern(layout));
   }
   FlashOutput result = sparse_attention(q, k, v, patterns, s);
-  for (std::size_t h = 0; h < heads; ++h) result.tiles_computed += layout_of_head(layouts, h).blocks();
+  // The tiles a block-sparse kernel computes (the listed blocks) and skips (the rest of the grid).
+  for (std::size_t h = 0; h < heads; ++h) {
+    const BlockLayout& layout = layout_of_head(layouts, h);
+    result.tiles_computed += layout.blocks();
+    result.tiles_skipped += layout.query_blocks() * layout.key_block_count() - layout.blocks();
+  }
   return result;
 }
 

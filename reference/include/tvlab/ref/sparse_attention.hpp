@@ -26,6 +26,8 @@ FlashOutput sparse_attention(const Tensor3& q, const Tensor3& k, const Tensor3& 
 
 /// The same attention with the pattern given as block layouts (one, or one per head):
 /// `sparse_attention` over `to_pattern(layout)`. The block-sparse kernels take this form.
+/// `tiles_computed` counts the listed (query block, key block) pairs summed over heads (the tiles a
+/// block-sparse kernel visits), `tiles_skipped` the other pairs of each head's block grid.
 FlashOutput block_sparse_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, const HeadLayouts& layouts,
                                    std::optional<double> scale = {});
 
