@@ -90,8 +90,14 @@ TEST_P(SlidingWindowErrors, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { backend.sliding_window(x, x, x, {2, 2}, -1.0); }, {fn, "scale"}));
 }
 
+// Exercise 03.3 is the kernel's inner loop: the checks before it are given, and pass with the
+// stub, so the exercise program has nothing to grade here (the chapter's program checks them all).
+std::vector<Backend> checking_input(const std::vector<Backend>& entries) {
+  return tvlab::testing::exercise_program() ? std::vector<Backend>{} : entries;
+}
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SlidingWindowErrors);  // not graded in the exercise program
 INSTANTIATE_TEST_SUITE_P(Ch03, SlidingWindowErrors,
-                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sliding_window)),
+                         ::testing::ValuesIn(checking_input(tvlab::testing::under_test(backends(), &Backend::sliding_window))),
                          tvlab::testing::ImplName());
 
 // ------------------------------------------------------------------------------ block-sparse
@@ -327,6 +333,7 @@ TEST_P(BlockSparseCases, matches_the_masked_oracle_with_its_log_sum_exp) {
       << c.label << ": tiles_skipped counts the other tiles of each head's grid of query blocks x key blocks";
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BlockSparseCases);  // not an exercise
 INSTANTIATE_TEST_SUITE_P(Ch03, BlockSparseCases,
                          ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::block_sparse)),
                                             ::testing::ValuesIn(kBlockSparseCases)),
@@ -364,25 +371,10 @@ TEST_P(BlockSparseErrors, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([&] { backend.block_sparse(x, x, nan, {layout}, {}); }, {fn, "v"}));
 }
 
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BlockSparseErrors);  // not an exercise
 INSTANTIATE_TEST_SUITE_P(Ch03, BlockSparseErrors,
                          ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::block_sparse)),
                          tvlab::testing::ImplName());
-
-// The window kernel without a layout visits, for each query tile of 64 rows, only the key tiles of
-// 64 that overlap the rows' keys [i' - w_l, i' + w_r].
-TEST(SlidingWindowTiles, opt_visits_only_the_key_tiles_inside_the_window) {
-  Rng rng(31);
-  const Tensor3 q = rng.normal_tensor(2, 300, 8), k = rng.normal_tensor(2, 300, 8);
-  // Bidirectional radius 70: query tile t (rows 64t .. 64t + 63) sees keys 64t - 70 .. 64t + 133,
-  // key tiles t - 2 .. t + 2 within 0..4: 3 + 4 + 5 + 4 + 3 = 19 of the 5 x 5 tiles, per head.
-  const FlashOutput two_sided = opt::sliding_window_attention(q, k, k, {70, 70});
-  EXPECT_EQ(two_sided.tiles_computed, 2 * 19U) << "n 300, radius 70, tiles 64: query tile t needs key tiles t-2..t+2";
-  EXPECT_EQ(two_sided.tiles_skipped, 2 * 6U) << "n 300, radius 70, tiles 64: 25 - 19 = 6 tiles per head are skipped";
-  // Causal window of 10 keys: query tile t sees keys 64t - 9 .. 64t + 63: tiles t - 1 and t (t >= 1).
-  const FlashOutput causal = opt::sliding_window_attention(q, k, k, {9, 0});
-  EXPECT_EQ(causal.tiles_computed, 2 * 9U) << "n 300, causal window of 10 keys: query tile 0 needs key tile 0, "
-                                              "tiles 1..4 two key tiles each";
-}
 
 }  // namespace
 }  // namespace tvlab::sparse
