@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(1024) block_sparse_kernel(BlockSparseArgs a) {
   for (int e = 0; e < dv; ++e) o[e] = 0.0f;
   RowState row;
 
-  const unsigned long long first = a.block_start[layout.starts_at + qb], last = a.block_start[layout.starts_at + qb + 1];
+  const unsigned long long first = a.block_start[layout.starts_at + qb];
+  const unsigned long long last = a.block_start[layout.starts_at + qb + 1];
   unsigned long long visited = 0;  // counted as the loop runs, so the tests see the loop itself
   for (unsigned long long b = first; b < last; ++b) {
     ++visited;
@@ -100,7 +101,9 @@ __global__ void __launch_bounds__(1024) block_sparse_kernel(BlockSparseArgs a) {
     // A partial block's mask row for this thread's row: byte c says whether key k0 + c is allowed.
     const int mask_index = a.partial[b];
     const std::uint8_t* mask_row =
-        (mask_index < 0 || !active) ? nullptr : a.masks + layout.masks_at + (static_cast<long long>(mask_index) * bq + r) * bk;
+        (mask_index < 0 || !active)
+            ? nullptr
+            : a.masks + layout.masks_at + (static_cast<long long>(mask_index) * bq + r) * bk;
     for (long long s0 = 0; s0 < cols; s0 += static_cast<long long>(a.stage_k)) {
       const long long staged = min(static_cast<long long>(a.stage_k), cols - s0);
       stage_rows(k_stage, a.k + (h * seq_k + k0 + s0) * d, staged, d);
