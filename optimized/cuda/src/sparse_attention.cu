@@ -57,12 +57,12 @@ __device__ inline void stage_rows(float* to, const float* from, long long rows, 
 // ------------------------------------------------------------------------------ block-sparse
 
 // Thread mapping. Grid: heads x blocks_per_head thread blocks (1-D); block b serves head
-// h = b / blocks_per_head and, within it, t = b % blocks_per_head = (query block qb, part p) with
-// p < the layout's parts (p = 0 alone unless a query block has more than 1024 rows). Thread x of the block
-// owns query row i = qb B_q + p rows_per_block + x when that row lies in the query block and in the
-// sequence; the other threads only help to stage. Shared memory: K [stage_k, d] then V [stage_k, dv].
-// Every thread of a block runs the same loops (the bounds depend on the block alone), so every
-// thread reaches every __syncthreads.
+// h = b / blocks_per_head and, within it, t = b % blocks_per_head = (query block qb, part p),
+// p < the layout's parts (p = 0 alone unless a query block has more than 1024 rows). Thread x of
+// the block owns query row i = qb B_q + p rows_per_block + x when that row lies in the query block
+// and in the sequence; the other threads only help to stage. Shared memory: K [stage_k, d] then
+// V [stage_k, dv]. Every thread of a block runs the same loops (their bounds depend on the block
+// alone), so every thread reaches every __syncthreads.
 __global__ void __launch_bounds__(1024) block_sparse_kernel(BlockSparseArgs a) {
   extern __shared__ float stage[];
   const int d = static_cast<int>(a.head_dim), dv = static_cast<int>(a.head_dim_v);
@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(1024) block_sparse_kernel(BlockSparseArgs a) {
   for (int e = 0; e < dv; ++e) o[e] = 0.0f;
   RowState row;
 
-  const unsigned long long first = a.block_start[layout.starts_at + qb], last = a.block_start[layout.starts_at + qb + 1];
+  const unsigned long long first = a.block_start[layout.starts_at + qb];
+  const unsigned long long last = a.block_start[layout.starts_at + qb + 1];
   unsigned long long visited = 0;  // counted as the loop runs, so the tests see the loop itself
   for (unsigned long long b = first; b < last; ++b) {
     ++visited;
@@ -100,7 +101,9 @@ __global__ void __launch_bounds__(1024) block_sparse_kernel(BlockSparseArgs a) {
     // A partial block's mask row for this thread's row: byte c says whether key k0 + c is allowed.
     const int mask_index = a.partial[b];
     const std::uint8_t* mask_row =
-        (mask_index < 0 || !active) ? nullptr : a.masks + layout.masks_at + (static_cast<long long>(mask_index) * bq + r) * bk;
+        (mask_index < 0 || !active)
+            ? nullptr
+            : a.masks + layout.masks_at + (static_cast<long long>(mask_index) * bq + r) * bk;
     for (long long s0 = 0; s0 < cols; s0 += static_cast<long long>(a.stage_k)) {
       const long long staged = min(static_cast<long long>(a.stage_k), cols - s0);
       stage_rows(k_stage, a.k + (h * seq_k + k0 + s0) * d, staged, d);
@@ -139,9 +142,11 @@ __global__ void __launch_bounds__(1024) sliding_window_kernel(SlidingWindowArgs 
   const long long shift = seq_k - seq_q;
   // Row i's keys [begin, end) = [i' - w_l, i' + w_r + 1) within [0, n_k); the tile's rows together
   // see [tile_begin, tile_end), from its first row's begin to its last row's end.
-  const long long row_begin = max(0LL, i + shift - a.left), row_end = min(seq_k, i + shift + a.right + 1);
+  const long long row_begin = max(0LL, i + shift - a.left);
+  const long long row_end = min(seq_k, i + shift + a.right + 1);
   const long long last_row = min(r0 + bq, seq_q) - 1;
-  const long long tile_begin = max(0LL, r0 + shift - a.left), tile_end = min(seq_k, last_row + shift + a.right + 1);
+  const long long tile_begin = max(0LL, r0 + shift - a.left);
+  const long long tile_end = min(seq_k, last_row + shift + a.right + 1);
 
   float* k_stage = stage;
   float* v_stage = stage + bk * d;
@@ -162,7 +167,8 @@ __global__ void __launch_bounds__(1024) sliding_window_kernel(SlidingWindowArgs 
     __syncthreads();
     if (active) {
       // This row's keys within the tile: columns [max(0, begin - c0), min(cols, end - c0)).
-      const int c_begin = static_cast<int>(max(0LL, row_begin - c0)), c_end = static_cast<int>(min(cols, row_end - c0));
+      const int c_begin = static_cast<int>(max(0LL, row_begin - c0));
+      const int c_end = static_cast<int>(min(cols, row_end - c0));
       for (int c = c_begin; c < c_end; ++c)
         add_key(row, o, score(q, k_stage + static_cast<long long>(c) * d, d, a.scale),
                 v_stage + static_cast<long long>(c) * dv, dv);

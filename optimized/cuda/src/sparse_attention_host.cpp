@@ -178,7 +178,8 @@ FlashOutput sliding_window_attention(const Tensor3& q, const Tensor3& k, const T
   args.block_k = rows_that_fit(args, &device::SlidingWindowArgs::block_k, device::sliding_window_shared_bytes,
                                std::min(kWindowTileKeys, seq_k), device::max_shared_bytes_per_block());
   const std::size_t blocks = heads * ((seq_q + args.block_q - 1) / args.block_q);
-  require(blocks <= kMaxGridBlocks, fn, "heads x query tiles (", blocks, ") exceeds the 2^31 - 1 blocks of a CUDA grid");
+  require(blocks <= kMaxGridBlocks, fn, "heads x query tiles (", blocks,
+          ") exceeds the 2^31 - 1 blocks of a CUDA grid");
 
   const DeviceQkv<float> inputs(q, k, v);
   const DeviceOutputs outputs(heads, seq_q, args.head_dim_v, 2);

@@ -28,11 +28,11 @@ FlashOutput block_sparse_attention(const Tensor3& q, const Tensor3& k, const Ten
 
 /// @ingroup ch03
 /// See `ref::sliding_window_attention`. One thread block per (head, query tile of 64 rows), one
-/// thread per query row; the block stages only the key tiles of 64 keys that meet its rows'
-/// windows, so the work grows with \f$ n (w_l + w_r) \f$, not \f$ n^2 \f$. No layout: each row's
-/// key range comes from its index. `tiles_computed` and `tiles_skipped` count the (query tile,
-/// key tile) pairs visited and skipped, summed over heads (the reference, which has no tiles,
-/// leaves them 0).
+/// thread per query row; the block stages only the key tiles of 64 keys (fewer where shared memory
+/// would not hold 64 keys and values) that meet its rows' windows, so the work grows with
+/// \f$ n (w_l + w_r) \f$, not \f$ n^2 \f$. No layout: each row's key range comes from its index.
+/// `tiles_computed` and `tiles_skipped` count the (query tile, key tile) pairs visited and
+/// skipped, summed over heads (the reference, which has no tiles, leaves them 0).
 FlashOutput sliding_window_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, SlidingWindow window,
                                      std::optional<double> scale = {});
 

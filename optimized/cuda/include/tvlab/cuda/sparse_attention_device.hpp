@@ -17,8 +17,8 @@ namespace tvlab::cuda::device {
 struct DeviceBlockLayout {
   unsigned long long block_q = 0, block_k = 0;  ///< \f$ B_q, B_k \ge 1 \f$
   unsigned long long query_blocks = 0;          ///< \f$ \lceil n_q / B_q \rceil \f$
-  /// Thread blocks per query block: \f$ \lceil \min(B_q, n_q) / \f$ `rows_per_block` \f$ \rceil \f$ (1 unless
-  /// a query block holds more than 1024 rows of the sequence).
+  /// Thread blocks per query block: ceil(min(block_q, seq_q) / rows_per_block), 1 unless a query
+  /// block holds more than 1024 rows of the sequence.
   unsigned long long parts = 1;
   unsigned long long starts_at = 0;  ///< index in `block_start` of this layout's query block 0
   unsigned long long masks_at = 0;   ///< byte offset in `masks` of this layout's mask 0
