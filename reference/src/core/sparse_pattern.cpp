@@ -50,8 +50,12 @@ void validate_pattern(const char* function, const char* parameter, const SparseP
   require(p.row_start.front() == 0 && p.row_start.back() == p.keys.size(), function, parameter,
           ".row_start must run from 0 to the number of keys (", p.keys.size(), "), got ", p.row_start.front(),
           " to ", p.row_start.back());
+  // The offsets first: once they never decrease and end at keys.size(), every row's range lies
+  // inside keys.
+  for (std::size_t i = 0; i < seq_q; ++i)
+    require(p.row_start[i] <= p.row_start[i + 1], function, parameter, ".row_start decreases at row ", i, " (",
+            p.row_start[i], " then ", p.row_start[i + 1], ")");
   for (std::size_t i = 0; i < seq_q; ++i) {
-    require(p.row_start[i] <= p.row_start[i + 1], function, parameter, ".row_start decreases at row ", i);
     for (std::size_t e = p.row_start[i]; e < p.row_start[i + 1]; ++e) {
       require(p.keys[e] < seq_k, function, parameter, " row ", i, " names key ", p.keys[e], ", beyond seq_k = ",
               seq_k);
@@ -69,9 +73,47 @@ void validate_head_patterns(const char* function, const char* parameter, const H
   for (const SparsePattern& p : patterns) validate_pattern(function, parameter, p, seq_q, seq_k);
 }
 
+SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
+  const char* fn = "pattern_union";
+  require(!patterns.empty(), fn, "patterns must hold at least one pattern");
+  const std::size_t seq_q = patterns[0].seq_q, seq_k = patterns[0].seq_k;
+  for (const SparsePattern& p : patterns) validate_pattern(fn, "patterns", p, seq_q, seq_k);
+  SparsePattern u{.seq_q = seq_q, .seq_k = seq_k};
+  u.row_start.push_back(0);
+  std::vector<std::uint32_t> row;
+  for (std::size_t i = 0; i < seq_q; ++i) {
+    // S_i = union over m of A^(m)_i: gather, sort, drop repeats.
+    row.clear();
+    for (const SparsePattern& p : patterns)
+      row.insert(row.end(), p.keys.begin() + static_cast<std::ptrdiff_t>(p.row_start[i]),
+                 p.keys.begin() + static_cast<std::ptrdiff_t>(p.row_start[i + 1]));
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+    u.keys.insert(u.keys.end(), row.begin(), row.end());
+    u.row_start.push_back(u.keys.size());
+  }
+  return u;
+}
+
+namespace {
+
+// A tile's mask holds block_q * block_k bytes: both sizes positive and the product bounded (and
+// computed without overflow).
+constexpr std::size_t kMaxTileEntries = std::size_t{1} << 24;
+
+void require_tile(const char* function, const char* block_q_name, std::size_t block_q, const char* block_k_name,
+                  std::size_t block_k) {
+  require(block_q > 0, function, block_q_name, " (", block_q, ") must be positive");
+  require(block_k > 0, function, block_k_name, " (", block_k, ") must be positive");
+  require(block_q <= kMaxTileEntries / block_k, function, block_q_name, " x ", block_k_name, " (", block_q, " x ",
+          block_k, ") must be at most 2^24 entries: a partial block stores one byte per entry");
+}
+
+}  // namespace
+
 BlockLayout to_block_layout(const SparsePattern& pattern, std::size_t block_q, std::size_t block_k) {
-  require_positive("to_block_layout", "block_q", block_q);
-  require_positive("to_block_layout", "block_k", block_k);
+  require_tile("to_block_layout", "block_q", block_q, "block_k", block_k);
+  validate_pattern("to_block_layout", "pattern", pattern, pattern.seq_q, pattern.seq_k);
   BlockLayout layout{.seq_q = pattern.seq_q, .seq_k = pattern.seq_k, .block_q = block_q, .block_k = block_k};
   const std::size_t tile = block_q * block_k;
   // Per query block: the key blocks it touches, each with its allowed-pair count and its mask
@@ -139,10 +181,34 @@ SparsePattern to_pattern(const BlockLayout& layout) {
   return p;
 }
 
+BlockLayout block_layout_from_blocks(std::size_t seq_q, std::size_t seq_k, std::size_t block_q, std::size_t block_k,
+                                     const Mask2& blocks) {
+  const char* fn = "block_layout_from_blocks";
+  require_tile(fn, "block_q", block_q, "block_k", block_k);
+  require(seq_k <= std::numeric_limits<std::uint32_t>::max(), fn, "seq_k (", seq_k, ") must be below 2^32");
+  BlockLayout layout{.seq_q = seq_q, .seq_k = seq_k, .block_q = block_q, .block_k = block_k};
+  require(blocks.shape(0) == layout.query_blocks() && blocks.shape(1) == layout.key_block_count(), fn,
+          "blocks is [", blocks.shape(0), ", ", blocks.shape(1), "], expected [query blocks, key blocks] = [",
+          layout.query_blocks(), ", ", layout.key_block_count(), "] for ", seq_q, " x ", seq_k, " in tiles of ",
+          block_q, " x ", block_k);
+  layout.block_start.push_back(0);
+  for (std::size_t qb = 0; qb < layout.query_blocks(); ++qb) {
+    for (std::size_t kb = 0; kb < layout.key_block_count(); ++kb)
+      if (blocks(qb, kb)) {
+        layout.key_blocks.push_back(static_cast<std::uint32_t>(kb));
+        layout.partial.push_back(-1);
+      }
+    layout.block_start.push_back(layout.key_blocks.size());
+  }
+  return layout;
+}
+
 void validate_block_layout(const char* function, const char* parameter, const BlockLayout& layout,
                            std::size_t seq_q, std::size_t seq_k) {
   require(layout.block_q > 0 && layout.block_k > 0, function, parameter, ".block_q and .block_k must be positive, got ",
           layout.block_q, " and ", layout.block_k);
+  require(layout.block_q <= kMaxTileEntries / layout.block_k, function, parameter, ".block_q x .block_k (",
+          layout.block_q, " x ", layout.block_k, ") must be at most 2^24 entries");
   require(layout.seq_q == seq_q && layout.seq_k == seq_k, function, parameter, " is a layout of ", layout.seq_q,
           " queries x ", layout.seq_k, " keys, expected ", seq_q, " x ", seq_k);
   const std::size_t query_blocks = layout.query_blocks(), key_blocks = layout.key_block_count();
@@ -156,9 +222,12 @@ void validate_block_layout(const char* function, const char* parameter, const Bl
   const std::size_t tile = layout.block_q * layout.block_k;
   require(layout.masks.size() % tile == 0, function, parameter, ".masks holds ", layout.masks.size(),
           " bytes, not a whole number of block_q x block_k = ", tile, " masks");
-  for (std::size_t qb = 0; qb < query_blocks; ++qb) {
+  // The offsets first, so that every query block's range lies inside key_blocks.
+  for (std::size_t qb = 0; qb < query_blocks; ++qb)
     require(layout.block_start[qb] <= layout.block_start[qb + 1], function, parameter,
-            ".block_start decreases at query block ", qb);
+            ".block_start decreases at query block ", qb, " (", layout.block_start[qb], " then ",
+            layout.block_start[qb + 1], ")");
+  for (std::size_t qb = 0; qb < query_blocks; ++qb) {
     for (std::size_t b = layout.block_start[qb]; b < layout.block_start[qb + 1]; ++b) {
       require(layout.key_blocks[b] < key_blocks, function, parameter, " query block ", qb, " names key block ",
               layout.key_blocks[b], ", beyond the ", key_blocks, " key blocks");

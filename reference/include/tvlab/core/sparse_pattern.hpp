@@ -47,6 +47,12 @@ SparsePattern pattern_from_mask(const Mask2& allowed);
 /// One pattern for every head (size 1) or one per head (size `heads`).
 using HeadPatterns = std::vector<SparsePattern>;
 
+/// \f$ S_i = \bigcup_m A^{(m)}_i \f$: the pairs any of `patterns` allows (at least one, all of
+/// the same shape; `tvlab::Error` naming `patterns` otherwise). What a layer whose heads use
+/// different patterns lets flow from input to output, and the Sparse Transformer's single-head
+/// "merged" form of its two heads.
+SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
+
 /// The pattern that head `h` uses: `patterns[0]` when there is one, else `patterns[h]`.
 const SparsePattern& pattern_of_head(const HeadPatterns& patterns, std::size_t h);
 
@@ -82,17 +88,27 @@ struct BlockLayout {
   std::size_t partial_blocks() const { return masks.size() / (block_q * block_k); }
 };
 
-/// The block layout of `pattern` with tiles of block_q x block_k (both >= 1; `tvlab::Error`
-/// naming them otherwise).
+/// The block layout of `pattern` with tiles of block_q x block_k (both >= 1, at most 2^24 entries
+/// per tile; `tvlab::Error` naming them otherwise). The pattern is checked first
+/// (`validate_pattern`, naming `pattern`).
 BlockLayout to_block_layout(const SparsePattern& pattern, std::size_t block_q, std::size_t block_k);
 
 /// The pattern a layout describes: every pair of its full blocks, and the allowed entries of its
 /// partial ones. `to_pattern(to_block_layout(p, bq, bk)) == p` for every pattern.
 SparsePattern to_pattern(const BlockLayout& layout);
 
-/// Checks a layout (for example one a user wrote) for `function`: block sizes >= 1, offsets
-/// consistent, key blocks sorted and below `key_block_count()`, mask indices in range, and the
-/// sizes seq_q, seq_k. Throws `tvlab::Error` naming `parameter`.
+/// A layout of whole tiles, written block by block (a user-supplied layout, or the blocks a
+/// selection such as chapter 07's picks): `blocks` is `[query blocks, key blocks]`
+/// (\f$ \lceil n_q/B_q \rceil \times \lceil n_k/B_k \rceil \f$), true where query block \f$ I \f$ attends to
+/// every key of key block \f$ J \f$. Every listed block is full. `tvlab::Error` naming `blocks` or
+/// the block size when the shapes do not agree.
+BlockLayout block_layout_from_blocks(std::size_t seq_q, std::size_t seq_k, std::size_t block_q, std::size_t block_k,
+                                     const Mask2& blocks);
+
+/// Checks a layout (for example one a user wrote) for `function`: block sizes >= 1 (and a tile of
+/// at most 2^24 entries, the size of a partial block's mask), offsets consistent, key blocks sorted
+/// and below `key_block_count()`, mask indices in range, and the sizes seq_q, seq_k. Throws
+/// `tvlab::Error` naming `parameter`.
 void validate_block_layout(const char* function, const char* parameter, const BlockLayout& layout,
                            std::size_t seq_q, std::size_t seq_k);
 
