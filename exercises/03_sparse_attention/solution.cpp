@@ -18,7 +18,43 @@ namespace tvlab::student {
 SparsePattern bigbird_pattern(std::size_t n, std::size_t block, std::size_t global_blocks, std::size_t random_blocks,
                               std::uint64_t seed) {
   // BEGIN EXERCISE 03.1 "BigBird's pattern: global, window and random blocks" "BigBird"
-  throw tvlab::NotImplemented("exercise 03.1: not written yet");
+  const char* fn = "bigbird_pattern";
+  require(block > 0, fn, "block must be positive");
+  require(n % block == 0, fn, "n (", n, ") must be a multiple of block (", block, ")");
+  const std::size_t blocks = n / block, g = global_blocks, r = random_blocks;
+  require(g <= blocks, fn, "global_blocks (", g, ") exceeds the ", blocks, " blocks");
+  require(r == 0 || blocks >= g + 3 + r, fn, "random_blocks (", r, ") needs at least g + 3 + r = ", g + 3 + r,
+          " blocks, not ", blocks);
+  // The first ceil(g/2) blocks and the last floor(g/2) are global.
+  const auto global = [&](std::size_t kb) { return kb < (g + 1) / 2 || kb + g / 2 >= blocks; };
+  Rng rng(seed);
+  SparsePattern p;
+  p.seq_q = p.seq_k = n;
+  p.row_start.push_back(0);
+  for (std::size_t qb = 0; qb < blocks; ++qb) {
+    std::vector<bool> attends(blocks, global(qb));  // a global block attends to every key block
+    if (!global(qb)) {
+      std::vector<std::size_t> candidates;  // neither global nor in the window {qb - 1, qb, qb + 1}
+      for (std::size_t kb = 0; kb < blocks; ++kb) {
+        const bool in_window = kb + 1 >= qb && kb <= qb + 1;
+        attends[kb] = global(kb) || in_window;
+        if (!attends[kb]) candidates.push_back(kb);
+      }
+      // r draws without replacement: swap candidate t with a uniform one among t .. m - 1.
+      for (std::size_t t = 0; t < r; ++t) {
+        std::swap(candidates[t], candidates[t + rng.next_u64() % (candidates.size() - t)]);
+        attends[candidates[t]] = true;
+      }
+    }
+    // Every row of the query block gets the same keys: all positions of the chosen key blocks.
+    for (std::size_t row = 0; row < block; ++row) {
+      for (std::size_t kb = 0; kb < blocks; ++kb)
+        if (attends[kb])
+          for (std::size_t j = kb * block; j < (kb + 1) * block; ++j) p.keys.push_back(static_cast<std::uint32_t>(j));
+      p.row_start.push_back(p.keys.size());
+    }
+  }
+  return p;
   // END EXERCISE
 }
 
