@@ -76,7 +76,7 @@ SparsePattern longformer_pattern(std::size_t n, long long radius, const std::vec
 /// The draw, so that another implementation can reproduce it: `Rng rng(seed)`; for each
 /// non-global query block \f$ I \f$ in increasing order, list its candidates (not global, not in
 /// \f$ \{I-1, I, I+1\} \f$) in increasing order, \f$ m \f$ of them, and for \f$ t = 0, \dots, r-1 \f$
-/// swap candidate \f$ t \f$ with candidate \f$ t + (\text{rng.next\_u64()} \bmod (m - t)) \f$ (a
+/// swap candidate \f$ t \f$ with candidate \f$ t + u \f$, \f$ u \f$ = `rng.next_u64() % (m - t)` (a
 /// partial Fisher-Yates shuffle); the first \f$ r \f$ candidates are the random blocks. (The
 /// modulo's bias is below \f$ m / 2^{64} \f$.) One head: for per-head random blocks, as BigBird
 /// draws them, build one pattern per head with different seeds.
