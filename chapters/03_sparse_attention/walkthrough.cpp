@@ -480,6 +480,8 @@ std::vector<DocumentCheck> document_checks() {
   const double mb = 8192.0 * 8192.0 * 4 / 1e6;
   c.push_back(check_number("003 §3.1", "one float32 score matrix, n = 8192", "about 268 MB", 268, 1, mb,
                            fixed(mb, 1) + " MB (" + fixed(mb * 1e6 / (1 << 20), 0) + " MiB)"));
+  c.push_back(statement("003 §3.1", "what holds that matrix", "one layer (单层)",
+                        "one head: a layer of 32 heads holds 32 of them, " + fixed(32 * mb / 1e3, 2) + " GB", false));
   const SparsePattern small = sliding_window_pattern(16, 3, 3);
   c.push_back(check_number("000 L21", "keys of position 5 in a window of w = 3", "positions 2 to 8: 2w + 1 = 7", 7, 1,
                            static_cast<double>(small.row_size(5)),
@@ -511,7 +513,18 @@ std::vector<DocumentCheck> document_checks() {
                            131072, 1, static_cast<double>(mistral.reach_back),
                            std::to_string(mistral.reach_back) + " positions back (`stacked_window_field`; the 32 "
                            "composed patterns at W = 64 reach " + std::to_string(output - composed.first) +
-                           " = 32 x 64): an upper bound on the reach"));
+                           " = 32 x 64), with the paper's window i - W .. i; " +
+                           std::to_string(analysis::stacked_window_field(layers * 4096 + 1, layers, 4095, 0, 1,
+                                                                         layers * 4096).reach_back) +
+                           " with W keys (i - W < j <= i); an upper bound on the reach"));
+  // The sentence of 000 L25: "小明" and "第一个" twenty-odd words apart, w = 8.
+  c.push_back(statement("000 L25", "layers of w = 8 windows between words twenty-odd positions apart",
+                        "a chain of 5 hops (第一个 -> 学生 -> ... -> 小明)",
+                        std::to_string(analysis::layers_to_travel(20, 8)) + " layers for 20 positions, " +
+                            std::to_string(analysis::layers_to_travel(29, 8)) +
+                            " for 29 (ceil(distance / w)): the chain is one possible path, not the fewest layers",
+                        true));
+
   // Longformer, the first document's example: n = 8192, w = 512, global positions 0, 1000, 3000, 6000.
   const SparsePattern longformer = longformer_pattern(n, w, {0, 1000, 3000, 6000}, false);
   const std::size_t row = 5000;
@@ -532,6 +545,17 @@ std::vector<DocumentCheck> document_checks() {
   c.push_back(check_number("000 L31", "Longformer, position 3000 (a global one)", "attends to every position", 8192, 1,
                            static_cast<double>(longformer.row_size(3000)),
                            std::to_string(longformer.row_size(3000)) + " keys"));
+  const std::vector<std::size_t> steps = analysis::hops(longformer, 5000);
+  const std::size_t farthest = *std::max_element(steps.begin(), steps.end());
+  c.push_back(statement("000 L27", "steps between ordinary tokens through global tokens", "often only two",
+                        "at most " + std::to_string(farthest) + " from any position to position 5000 (`hops`); " +
+                            std::to_string(analysis::layers_to_travel(5000, static_cast<long long>(w))) +
+                            " layers of the window alone from position 0",
+                        farthest <= 2));
+  c.push_back(statement("000 L33", "16K tokens against the original 512-1024", "10-30x",
+                        fixed(16384.0 / 1024, 0) + "x to " + fixed(16384.0 / 512, 0) +
+                            "x (and 512 is BERT's limit, 1024 GPT-2's: the 2017 Transformer fixed none)",
+                        false));
   // Longformer's own window of 512 is the whole window, 256 on each side (Beltagy et al., §3.1).
   const SparsePattern paper = longformer_pattern(n, w / 2, {0, 1000, 3000, 6000}, false);
   c.push_back(statement("000 L31, 004 L80", "Longformer's window of 512 as a radius",
@@ -558,6 +582,10 @@ std::vector<DocumentCheck> document_checks() {
                             " (fixed); " + std::to_string(strided.pairs()) + " and " +
                             std::to_string(fixed_union.pairs()) + " pairs, against n sqrt(n) = 262144",
                         strided_max <= 128 && fixed_max <= 128));
+  c.push_back(statement("004 L76", "the strided pattern's keys", "i - 1, ..., i - k and i - l, i - 2l, ...",
+                        "with k = l - 1 this is Child et al.'s A(1) u A(2) without i itself, which both of their "
+                        "sets (and every implementation) contain",
+                        false));
   // How many layers of the strided pattern connect the last position to every earlier one.
   const Reach one = reach_of({strided}, 4095), two = reach_of({strided, strided}, 4095);
   c.push_back(statement("004 L76", "hops the strided pattern needs to cover the text (n = 4096, l = 64)",
@@ -571,6 +599,16 @@ std::vector<DocumentCheck> document_checks() {
                         "the query's block up to i, and the last c positions of every block (summary columns); the "
                         "document's second set is the strided pattern's, and its first is not causal",
                         false));
+  // Random blocks as expander links: 256 blocks of one position, the longest shortest path to block 0.
+  std::string longest;
+  for (const std::size_t r : {0UL, 1UL, 2UL, 3UL}) {
+    const std::vector<std::size_t> d = analysis::hops(bigbird_pattern(256, 1, 0, r, 11), 0);
+    longest += (r ? ", " : "") + std::to_string(*std::max_element(d.begin(), d.end())) + " (r = " + std::to_string(r) + ")";
+  }
+  c.push_back(statement("004 L84", "random links make the graph an expander: information mixes fast",
+                        "random connections are the key", "the longest path to a position over 256, a 3-position "
+                        "window and r random positions per row (seed 11): " + longest,
+                        true));
   const SparsePattern bigbird = bigbird_pattern(4096, 64, 2, 3, 1);
   c.push_back(statement("004 L84", "keys per query of BigBird", "w + r + g",
                         "(3 + r + g) b = " + std::to_string(bigbird.row_size(2048)) +
