@@ -10,6 +10,7 @@
 
 #include "tvlab/core/error.hpp"
 
+#include "detail/blas.hpp"
 #include "detail/flash_tiles.hpp"
 
 namespace tvlab::opt {
@@ -97,10 +98,15 @@ FlashOutput block_sparse_attention_v1(const Tensor3& q, const Tensor3& k, const 
   std::size_t widest_block = 0;
   for (const BlockLayout& layout : layouts) widest_block = std::max(widest_block, layout.block_k);
 
+  // Per thread: one block's scores and one row's output accumulator O~ (allocated before the threads
+  // start: an allocation that fails inside an OpenMP region could not be reported as an exception).
+  const std::size_t per_thread = widest_block + d_v;
+  std::vector<float> scratch(static_cast<std::size_t>(omp_get_max_threads()) * per_thread);
+
 #pragma omp parallel
   {
-    // Per thread: one block's scores and one row's output accumulator O~.
-    std::vector<float> s(widest_block), o(d_v);
+    float* s = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* o = s + widest_block;
 #pragma omp for schedule(dynamic)
     for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(first[heads]); ++task) {
       const auto t = static_cast<std::size_t>(task);
@@ -113,7 +119,7 @@ FlashOutput block_sparse_attention_v1(const Tensor3& q, const Tensor3& k, const 
       for (std::size_t r = 0; r < rows; ++r) {
         const float* qi = q.data() + (h * seq_q + i0 + r) * d;
         float m = kNegInf, l = 0.0f;
-        std::fill(o.begin(), o.end(), 0.0f);
+        std::fill(o, o + d_v, 0.0f);
         // Only the key blocks the layout lists for this query block.
         for (std::size_t b = layout.block_start[qb]; b < layout.block_start[qb + 1]; ++b) {
           const std::size_t k0 = std::size_t{layout.key_blocks[b]} * bk, cols = std::min(bk, seq_k - k0);
@@ -154,7 +160,7 @@ FlashOutput block_sparse_attention_v1(const Tensor3& q, const Tensor3& k, const 
           l = sum;
           m = m_new;
         }
-        write_rows(result, h, i0 + r, 1, o.data(), d_v, &m, &l);
+        write_rows(result, h, i0 + r, 1, o, d_v, &m, &l);
       }
     }
   }
@@ -220,12 +226,16 @@ class PackedKeys {
   const float* v_ = nullptr;
 };
 
-// One thread's online-softmax state for a group of up to kRowGroup query rows: the score tile S
-// [kRowGroup, kChunk], the output accumulator O~ [kRowGroup, dv_pad], and per row m and l.
+// One thread's online-softmax state for a group of up to kRowGroup query rows: per row chapter
+// 04's running maximum m, sum l and output accumulator O~ ([kRowGroup, o_ld]), and the score tile
+// S ([kRowGroup, s_ld]), all in a slice of a buffer allocated before the threads start (an
+// allocation that fails inside an OpenMP region could not be reported as an exception). Keys are
+// folded in one tile at a time: v2 on the micro-kernels (fold_packed), v3 by SGEMM (fold_blas).
 class RowGroup {
  public:
-  explicit RowGroup(std::size_t dv_pad)
-      : dv_pad_(dv_pad), s_(kRowGroup * kChunk), o_(kRowGroup * dv_pad), m_(kRowGroup), l_(kRowGroup) {}
+  static std::size_t floats(std::size_t s_ld, std::size_t o_ld) { return kRowGroup * (s_ld + o_ld + 2); }
+  RowGroup(float* scratch, std::size_t s_ld, std::size_t o_ld)
+      : s_ld_(s_ld), o_ld_(o_ld), s_(scratch), o_(s_ + kRowGroup * s_ld), m_(o_ + kRowGroup * o_ld), l_(m_ + kRowGroup) {}
 
   // Starts rows [i0, i0 + rows) of head h: m = -inf, l = 0, O~ = 0.
   void start(const Tensor3& q, std::size_t h, std::size_t i0, std::size_t rows) {
@@ -235,65 +245,124 @@ class RowGroup {
     h_ = h;
     i0_ = i0;
     rows_ = rows;
-    std::fill(m_.begin(), m_.begin() + static_cast<std::ptrdiff_t>(rows), kNegInf);
-    std::fill(l_.begin(), l_.begin() + static_cast<std::ptrdiff_t>(rows), 0.0f);
-    std::fill(o_.begin(), o_.begin() + static_cast<std::ptrdiff_t>(rows * dv_pad_), 0.0f);
+    std::fill(m_, m_ + rows, kNegInf);
+    std::fill(l_, l_ + rows, 0.0f);
+    std::fill(o_, o_ + rows * o_ld_, 0.0f);
   }
 
-  // Folds keys [c0, c0 + cols) (cols <= kChunk) into the state. `hide(r, srow)` sets to -inf the
-  // scores srow[0, cols) that row r may not see (the layout's mask, the window's edges).
+  // v2: folds keys [c0, c0 + cols) (cols <= kChunk) into the state, from K^T packed. `hide(r, srow)`
+  // sets to -inf the scores srow[0, cols) that row r may not see (the layout's mask, the window's
+  // edges).
   template <class Hide>
-  void fold(const PackedKeys& kv, std::size_t c0, std::size_t cols, float scale, Hide hide) {
+  void fold_packed(const PackedKeys& kv, std::size_t c0, std::size_t cols, float scale, Hide hide) {
     // S = scale Q K^T over a whole tile of kChunk keys (micro-kernel); the columns past `cols`
     // belong to other keys or to the zero padding, and become -inf below.
-    detail::score_tile(q_rows_, d_, kv.kt(h_) + c0, kv.ldk(), s_.data(), kChunk, rows_, kChunk, scale);
+    detail::score_tile(q_rows_, d_, kv.kt(h_) + c0, kv.ldk(), s_, s_ld_, rows_, kChunk, scale);
     for (std::size_t r = 0; r < rows_; ++r) {
-      float* srow = s_.data() + r * kChunk;
+      float* srow = s_ + r * s_ld_;
       hide(r, srow);
       std::fill(srow + cols, srow + kChunk, kNegInf);
-      // m' = max(m, rowmax S)
-      FloatBatch vmax(kNegInf);
-      for (std::size_t c = 0; c < kChunk; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
-      alignas(64) float lanes[kLanes];
-      vmax.store_aligned(lanes);
-      const float m_new = std::max(m_[r], *std::max_element(lanes, lanes + kLanes));
-      if (m_new == kNegInf) {  // no key seen yet and none here: this row of P is 0
-        std::fill(srow, srow + kChunk, 0.0f);
-        continue;
-      }
-      // P~ = e^{S - m'} in place (e^{-inf} = 0 where hidden), and its row sum.
-      const FloatBatch vm(m_new);
-      FloatBatch vsum(0.0f);
-      for (std::size_t c = 0; c < kChunk; c += kLanes) {
-        const FloatBatch p = xsimd::exp(FloatBatch::load_unaligned(srow + c) - vm);
-        p.store_unaligned(srow + c);
-        vsum += p;
-      }
-      // l' = e^{m - m'} l + rowsum P~;  O~ row rescaled by e^{m - m'} (0 before the first key).
-      const float correction = m_[r] == kNegInf ? 0.0f : std::exp(m_[r] - m_new);
-      l_[r] = l_[r] * correction + xsimd::hadd(vsum);
-      m_[r] = m_new;
-      float* orow = o_.data() + r * dv_pad_;
-      const FloatBatch vc(correction);
-      for (std::size_t e = 0; e < dv_pad_; e += kLanes)
-        (FloatBatch::load_unaligned(orow + e) * vc).store_unaligned(orow + e);
+      softmax_step(r, srow, kChunk);
     }
     // O~ += P~ V for the chunk's keys (micro-kernel).
-    detail::accumulate_pv(s_.data(), kChunk, kv.v(h_) + c0 * dv_pad_, dv_pad_, o_.data(), rows_, cols);
+    detail::accumulate_pv(s_, s_ld_, kv.v(h_) + c0 * kv.dv_pad(), kv.dv_pad(), o_, rows_, cols);
+  }
+
+  // v3: the same for keys [c0, c0 + cols) of head h (cols <= s_ld), both products by OpenBLAS SGEMM
+  // on K and V where they lie: the keys of a run are consecutive rows of K ([seq_k, d]) and V.
+  template <class Hide>
+  void fold_blas(const Tensor3& k, const Tensor3& v, std::size_t c0, std::size_t cols, float scale, Hide hide) {
+    const std::size_t seq_k = k.shape()[1], d_v = v.shape()[2];
+    // S = scale Q K^T, [rows, cols]
+    detail::sgemm(rows_, cols, d_, scale, q_rows_, d_, k.data() + (h_ * seq_k + c0) * d_, d_, true, 0.0f, s_, s_ld_);
+    const std::size_t width = round_up(cols, kLanes);
+    for (std::size_t r = 0; r < rows_; ++r) {
+      float* srow = s_ + r * s_ld_;
+      hide(r, srow);
+      std::fill(srow + cols, srow + width, kNegInf);
+      softmax_step(r, srow, width);
+    }
+    // O~ += P~ V, [rows, d_v] (O~ was rescaled row by row above)
+    detail::sgemm(rows_, d_v, cols, 1.0f, s_, s_ld_, v.data() + (h_ * seq_k + c0) * d_v, d_v, false, 1.0f, o_, o_ld_);
   }
 
   // O = O~ / l and L = m + ln l into the result.
-  void finish(FlashOutput& result) const { write_rows(result, h_, i0_, rows_, o_.data(), dv_pad_, m_.data(), l_.data()); }
+  void finish(FlashOutput& result) const { write_rows(result, h_, i0_, rows_, o_, o_ld_, m_, l_); }
 
  private:
-  std::size_t dv_pad_;
-  std::vector<float> s_, o_, m_, l_;
+  // Chapter 04's online-softmax step on row r's scores srow[0, width) (width a multiple of the
+  // SIMD width; hidden entries -inf): m' = max(m, rowmax S); P~ = e^{S - m'} in place (0 where
+  // hidden); l' = e^{m - m'} l + rowsum P~; the row of O~ rescaled by e^{m - m'} (0 before the
+  // first key). A row that has seen no key yet and sees none here keeps m = -inf and gets P~ = 0.
+  void softmax_step(std::size_t r, float* srow, std::size_t width) {
+    FloatBatch vmax(kNegInf);
+    for (std::size_t c = 0; c < width; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
+    alignas(64) float lanes[kLanes];
+    vmax.store_aligned(lanes);
+    const float m_new = std::max(m_[r], *std::max_element(lanes, lanes + kLanes));
+    if (m_new == kNegInf) {
+      std::fill(srow, srow + width, 0.0f);
+      return;
+    }
+    const FloatBatch vm(m_new);
+    FloatBatch vsum(0.0f);
+    for (std::size_t c = 0; c < width; c += kLanes) {
+      const FloatBatch p = xsimd::exp(FloatBatch::load_unaligned(srow + c) - vm);
+      p.store_unaligned(srow + c);
+      vsum += p;
+    }
+    const float correction = m_[r] == kNegInf ? 0.0f : std::exp(m_[r] - m_new);
+    l_[r] = l_[r] * correction + xsimd::hadd(vsum);
+    m_[r] = m_new;
+    float* orow = o_ + r * o_ld_;
+#pragma omp simd
+    for (std::size_t e = 0; e < o_ld_; ++e) orow[e] *= correction;
+  }
+
+  std::size_t s_ld_, o_ld_;
+  float *s_, *o_, *m_, *l_;
   const float* q_rows_ = nullptr;
   std::size_t d_ = 0, h_ = 0, i0_ = 0, rows_ = 0;
 };
 
 // Keeps every score of a tile: a full block, or a tile inside every row's window.
 constexpr auto kHideNothing = [](std::size_t, float*) {};
+
+}  // namespace
+
+namespace {
+
+// The tasks of v2 and v3: (head, query block, group of at most kRowGroup of its rows), so that a
+// long query block (block_q > 64) neither needs a larger tile nor runs on one thread.
+struct RowTask {
+  std::size_t h, qb, i0, rows;
+};
+std::vector<RowTask> row_tasks(const HeadLayouts& layouts, std::size_t heads, std::size_t seq_q) {
+  std::vector<RowTask> tasks;
+  for (std::size_t h = 0; h < heads; ++h) {
+    const BlockLayout& layout = layout_of_head(layouts, h);
+    for (std::size_t qb = 0; qb < layout.query_blocks(); ++qb) {
+      const std::size_t end = std::min(seq_q, (qb + 1) * layout.block_q);
+      for (std::size_t i0 = qb * layout.block_q; i0 < end; i0 += kRowGroup)
+        tasks.push_back({h, qb, i0, std::min(kRowGroup, end - i0)});
+    }
+  }
+  return tasks;
+}
+
+// Hides, in row r of a tile whose first key is `first_key`, the keys that a partial block's mask
+// forbids: the block's keys [k0, k0 + cols), the mask's row `row` (1 = allowed).
+void hide_by_mask(float* srow, std::size_t first_key, std::size_t k0, std::size_t cols, const std::uint8_t* row) {
+  float* s = srow + (k0 - first_key);
+  for (std::size_t c = 0; c < cols; ++c) s[c] = row[c] != 0 ? s[c] : kNegInf;
+}
+
+// The mask row of query row `row` (inside its block) in block entry b of a layout; nullptr for a
+// full block.
+const std::uint8_t* mask_row(const BlockLayout& layout, std::size_t b, std::size_t row) {
+  if (layout.partial[b] < 0) return nullptr;
+  return layout.masks.data() + (static_cast<std::size_t>(layout.partial[b]) * layout.block_q + row) * layout.block_k;
+}
 
 }  // namespace
 
@@ -304,31 +373,19 @@ FlashOutput block_sparse_attention_v2(const Tensor3& q, const Tensor3& k, const 
   FlashOutput result = empty_output(q, v);
   count_tiles(layouts, heads, result);
   const PackedKeys kv(k, v);
-
-  // Tasks: (head, query block, group of at most kRowGroup of its rows), so that a long query
-  // block (block_q > 64) neither needs a larger tile nor runs on one thread.
-  struct Task {
-    std::size_t h, qb, i0, rows;
-  };
-  std::vector<Task> tasks;
-  for (std::size_t h = 0; h < heads; ++h) {
-    const BlockLayout& layout = layout_of_head(layouts, h);
-    for (std::size_t qb = 0; qb < layout.query_blocks(); ++qb) {
-      const std::size_t end = std::min(seq_q, (qb + 1) * layout.block_q);
-      for (std::size_t i0 = qb * layout.block_q; i0 < end; i0 += kRowGroup)
-        tasks.push_back({h, qb, i0, std::min(kRowGroup, end - i0)});
-    }
-  }
+  const std::vector<RowTask> tasks = row_tasks(layouts, heads, seq_q);
+  const std::size_t per_thread = RowGroup::floats(kChunk, kv.dv_pad());
+  std::vector<float> scratch(static_cast<std::size_t>(omp_get_max_threads()) * per_thread);
 
 #pragma omp parallel
   {
-    RowGroup group(kv.dv_pad());
+    RowGroup group(scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread, kChunk, kv.dv_pad());
 #pragma omp for schedule(dynamic)
     for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(tasks.size()); ++t) {
-      const Task& task = tasks[static_cast<std::size_t>(t)];
+      const RowTask& task = tasks[static_cast<std::size_t>(t)];
       const BlockLayout& layout = layout_of_head(layouts, task.h);
-      const std::size_t bq = layout.block_q, bk = layout.block_k;
-      const std::size_t first_row = task.i0 - task.qb * bq;  // the group's first row inside its block
+      const std::size_t bk = layout.block_k;
+      const std::size_t first_row = task.i0 - task.qb * layout.block_q;  // the group's first row inside its block
       group.start(q, task.h, task.i0, task.rows);
       // Only the listed key blocks. Consecutive full blocks form one run of keys, cut into
       // chunks of kChunk: with blocks narrower than a chunk, no score tile is mostly padding.
@@ -337,15 +394,14 @@ FlashOutput block_sparse_attention_v2(const Tensor3& q, const Tensor3& k, const 
       while (b < b_end) {
         const std::size_t k0 = std::size_t{layout.key_blocks[b]} * bk;
         if (layout.partial[b] >= 0) {
-          // A partial block: its mask rows, 1 = allowed, become -inf scores where 0.
-          const std::uint8_t* mask = layout.masks.data() + static_cast<std::size_t>(layout.partial[b]) * bq * bk;
+          // A partial block: its mask's zeros become -inf scores.
           const std::size_t cols = std::min(bk, seq_k - k0);
-          for (std::size_t c0 = 0; c0 < cols; c0 += kChunk)
-            group.fold(kv, k0 + c0, std::min(kChunk, cols - c0), scale, [&](std::size_t r, float* srow) {
-              const std::uint8_t* allowed = mask + (first_row + r) * bk + c0;
-              for (std::size_t c = 0; c < std::min(kChunk, cols - c0); ++c)
-                srow[c] = allowed[c] != 0 ? srow[c] : kNegInf;
+          for (std::size_t c0 = 0; c0 < cols; c0 += kChunk) {
+            const std::size_t chunk = std::min(kChunk, cols - c0);
+            group.fold_packed(kv, k0 + c0, chunk, scale, [&](std::size_t r, float* srow) {
+              hide_by_mask(srow, k0 + c0, k0 + c0, chunk, mask_row(layout, b, first_row + r) + c0);
             });
+          }
           ++b;
           continue;
         }
@@ -354,7 +410,8 @@ FlashOutput block_sparse_attention_v2(const Tensor3& q, const Tensor3& k, const 
                layout.key_blocks[end_block] == layout.key_blocks[end_block - 1] + 1)
           ++end_block;
         const std::size_t k1 = std::min(seq_k, (std::size_t{layout.key_blocks[end_block - 1]} + 1) * bk);
-        for (std::size_t c0 = k0; c0 < k1; c0 += kChunk) group.fold(kv, c0, std::min(kChunk, k1 - c0), scale, kHideNothing);
+        for (std::size_t c0 = k0; c0 < k1; c0 += kChunk)
+          group.fold_packed(kv, c0, std::min(kChunk, k1 - c0), scale, kHideNothing);
         b = end_block;
       }
       group.finish(result);
@@ -363,46 +420,151 @@ FlashOutput block_sparse_attention_v2(const Tensor3& q, const Tensor3& k, const 
   return result;
 }
 
+// ---------------------------------------------------------------------------------------- v3
+
+namespace {
+
+// Keys per SGEMM in v3: a run of consecutive key blocks (or a slice of a wider block) up to this
+// long; the score tile is then at most 64 x 1024 floats (256 KiB, within a core's L2 with the run's
+// K and V).
+constexpr std::size_t kRunKeys = 1024;
+// The score tile's row stride: a whole number of SIMD widths, not a multiple of 4 KiB (rows at a
+// power-of-two stride would compete for the same cache sets).
+constexpr std::size_t kRunLd = kRunKeys + 16;
+
+// The OpenMP region with OpenBLAS single-threaded inside (each thread calls its own SGEMMs), or
+// as it is when there is one thread.
+template <class Body>
+void with_single_threaded_blas(Body body) {
+  if (omp_get_max_threads() > 1) {
+    detail::SingleThreadedBlas single;
+    body();
+  } else {
+    body();
+  }
+}
+
+}  // namespace
+
+FlashOutput block_sparse_attention_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const HeadLayouts& layouts,
+                                      std::optional<double> scale_option) {
+  const float scale = validate_block_sparse(q, k, v, layouts, scale_option);
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], seq_k = k.shape()[1], d_v = v.shape()[2];
+  FlashOutput result = empty_output(q, v);
+  count_tiles(layouts, heads, result);
+  const std::vector<RowTask> tasks = row_tasks(layouts, heads, seq_q);
+  const std::size_t per_thread = RowGroup::floats(kRunLd, d_v);
+  std::vector<float> scratch(static_cast<std::size_t>(omp_get_max_threads()) * per_thread);
+
+  with_single_threaded_blas([&] {
+#pragma omp parallel
+    {
+      RowGroup group(scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread, kRunLd, d_v);
+#pragma omp for schedule(dynamic)
+      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(tasks.size()); ++t) {
+        const RowTask& task = tasks[static_cast<std::size_t>(t)];
+        const BlockLayout& layout = layout_of_head(layouts, task.h);
+        const std::size_t bk = layout.block_k;
+        const std::size_t first_row = task.i0 - task.qb * layout.block_q;
+        const auto key_block = [&](std::size_t b) { return std::size_t{layout.key_blocks[b]}; };
+        group.start(q, task.h, task.i0, task.rows);
+        std::size_t b = layout.block_start[task.qb];
+        const std::size_t b_end = layout.block_start[task.qb + 1];
+        while (b < b_end) {
+          const std::size_t k0 = key_block(b) * bk;
+          if (bk > kRunKeys) {
+            // A block wider than a run: its keys in slices of kRunKeys.
+            const std::size_t cols = std::min(bk, seq_k - k0);
+            for (std::size_t c0 = 0; c0 < cols; c0 += kRunKeys) {
+              const std::size_t slice = std::min(kRunKeys, cols - c0);
+              if (layout.partial[b] < 0) {
+                group.fold_blas(k, v, k0 + c0, slice, scale, kHideNothing);
+              } else {
+                group.fold_blas(k, v, k0 + c0, slice, scale, [&](std::size_t r, float* srow) {
+                  hide_by_mask(srow, k0 + c0, k0 + c0, slice, mask_row(layout, b, first_row + r) + c0);
+                });
+              }
+            }
+            ++b;
+            continue;
+          }
+          // A run: blocks b .. end_block - 1 with consecutive indices, at most kRunKeys keys. Its keys
+          // are consecutive rows of K and V: one SGEMM each for S and for P V; the partial blocks
+          // of the run hide their masked entries.
+          std::size_t end_block = b + 1;
+          bool partial = layout.partial[b] >= 0;
+          while (end_block < b_end && key_block(end_block) == key_block(end_block - 1) + 1 &&
+                 (key_block(end_block) + 1) * bk - k0 <= kRunKeys) {
+            partial = partial || layout.partial[end_block] >= 0;
+            ++end_block;
+          }
+          const std::size_t k1 = std::min(seq_k, (key_block(end_block - 1) + 1) * bk);
+          if (!partial) {
+            group.fold_blas(k, v, k0, k1 - k0, scale, kHideNothing);
+          } else {
+            group.fold_blas(k, v, k0, k1 - k0, scale, [&](std::size_t r, float* srow) {
+              for (std::size_t e = b; e < end_block; ++e)
+                if (const std::uint8_t* row = mask_row(layout, e, first_row + r))
+                  hide_by_mask(srow, k0, key_block(e) * bk, std::min(bk, seq_k - key_block(e) * bk), row);
+            });
+          }
+          b = end_block;
+        }
+        group.finish(result);
+      }
+    }
+  });
+  return result;
+}
+
 // ------------------------------------------------------------------------ the sliding window
 
 FlashOutput sliding_window_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, SlidingWindow window,
                                      std::optional<double> scale_option) {
   const float scale = validate_window(q, k, v, window, scale_option);
-  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], seq_k = k.shape()[1];
+  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], seq_k = k.shape()[1], d_v = v.shape()[2];
   const AttentionMask mask{.window = window};
   const std::size_t q_tiles = (seq_q + kWindowTile - 1) / kWindowTile, k_tiles = (seq_k + kWindowTile - 1) / kWindowTile;
   FlashOutput result = empty_output(q, v);
-  const PackedKeys kv(k, v);
+  const std::size_t per_thread = RowGroup::floats(kRunLd, d_v);
+  std::vector<float> scratch(static_cast<std::size_t>(omp_get_max_threads()) * per_thread);
   std::size_t computed = 0, skipped = 0;
 
+  with_single_threaded_blas([&] {
 #pragma omp parallel reduction(+ : computed, skipped)
-  {
-    RowGroup group(kv.dv_pad());
+    {
+      RowGroup group(scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread, kRunLd, d_v);
 #pragma omp for schedule(dynamic)
-    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * q_tiles); ++t) {
-      const std::size_t h = static_cast<std::size_t>(t) / q_tiles, i0 = (static_cast<std::size_t>(t) % q_tiles) * kWindowTile;
-      const std::size_t rows = std::min(kWindowTile, seq_q - i0);
-      group.start(q, h, i0, rows);
-      // The keys some row of the tile sees, [i0' - w_l, (i0 + rows - 1)' + w_r] within [0, n_k): only
-      // the key tiles that overlap them.
-      const IndexRange keys = mask.key_range_of_rows(i0, i0 + rows, seq_q, seq_k);
-      const std::size_t first = keys.begin / kWindowTile, end = keys.empty() ? first : (keys.end + kWindowTile - 1) / kWindowTile;
-      computed += end - first;
-      skipped += k_tiles - (end - first);
-      for (std::size_t j = first; j < end; ++j) {
-        const std::size_t c0 = j * kWindowTile, cols = std::min(kWindowTile, seq_k - c0);
-        // Row i sees [i' - w_l, i' + w_r]: the tile's columns outside it become -inf.
-        group.fold(kv, c0, cols, scale, [&](std::size_t r, float* srow) {
-          const IndexRange row_keys = mask.key_range(i0 + r, seq_q, seq_k);
-          const std::size_t begin = std::clamp(row_keys.begin, c0, c0 + cols) - c0;
-          const std::size_t stop = std::clamp(row_keys.end, c0 + begin, c0 + cols) - c0;
-          std::fill(srow, srow + begin, kNegInf);
-          std::fill(srow + stop, srow + cols, kNegInf);
-        });
+      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * q_tiles); ++t) {
+        const std::size_t h = static_cast<std::size_t>(t) / q_tiles, i0 = (static_cast<std::size_t>(t) % q_tiles) * kWindowTile;
+        const std::size_t rows = std::min(kWindowTile, seq_q - i0);
+        group.start(q, h, i0, rows);
+        // The keys some row of the tile sees, [i0' - w_l, (i0 + rows - 1)' + w_r] within [0, n_k):
+        // only the key tiles that overlap them, [first, end).
+        const IndexRange keys = mask.key_range_of_rows(i0, i0 + rows, seq_q, seq_k);
+        const std::size_t first = keys.begin / kWindowTile;
+        const std::size_t end = keys.empty() ? first : (keys.end + kWindowTile - 1) / kWindowTile;
+        computed += end - first;
+        skipped += k_tiles - (end - first);
+        // Row i sees [i' - w_l, i' + w_r]; both ends grow with i.
+        IndexRange row_keys[kWindowTile];
+        for (std::size_t r = 0; r < rows; ++r) row_keys[r] = mask.key_range(i0 + r, seq_q, seq_k);
+        // Those tiles' keys in runs of at most kRunKeys (whole tiles), each row's keys outside its
+        // range hidden as -inf scores.
+        const std::size_t span_end = std::min(seq_k, end * kWindowTile);
+        for (std::size_t c0 = first * kWindowTile; c0 < span_end; c0 += kRunKeys) {
+          const std::size_t cols = std::min(kRunKeys, span_end - c0);
+          group.fold_blas(k, v, c0, cols, scale, [&](std::size_t r, float* srow) {
+            const std::size_t begin = std::clamp(row_keys[r].begin, c0, c0 + cols) - c0;
+            const std::size_t stop = std::clamp(row_keys[r].end, c0 + begin, c0 + cols) - c0;
+            std::fill(srow, srow + begin, kNegInf);
+            std::fill(srow + stop, srow + cols, kNegInf);
+          });
+        }
+        group.finish(result);
       }
-      group.finish(result);
     }
-  }
+  });
   result.tiles_computed = computed;
   result.tiles_skipped = skipped;
   return result;
@@ -417,6 +579,9 @@ const std::vector<BlockSparseVariant>& block_sparse_variants() {
       {"v2", "the tile products on chapter 04's register-blocked micro-kernels, K packed transposed once per head, "
              "masks as -inf scores, runs of full blocks in chunks of 64 keys",
        block_sparse_attention_v2},
+      {"v3", "both products as OpenBLAS SGEMM calls on runs of consecutive key blocks, read from K and V where they "
+             "lie (no packing), one softmax pass per run",
+       block_sparse_attention_v3},
   };
   return variants;
 }

@@ -253,6 +253,8 @@ const BlockSparseCase kBlockSparseCases[] = {
      [] { return from_layouts({holes_layout()}); }},
     {"blocks 100 x 70 (several row groups and key chunks), causal, n 130", 1, 130, 130, 16, 16, 1,
      [] { return from_patterns({full_pattern(130, true)}, 100, 70); }},
+    {"blocks 32 x 1050 (wider than a run of 1024 keys), causal, n 1100", 1, 1100, 1100, 8, 8, 1,
+     [] { return from_patterns({full_pattern(1100, true)}, 32, 1050); }},
     {"random mask, 40 queries over 90 keys, blocks 16 x 32", 2, 40, 90, 16, 16, 1,
      [] { return random_mask_case(40, 90, 16, 32); }},
     {"one token, blocks 64 x 64", 1, 1, 1, 4, 4, 1, [] { return from_patterns({full_pattern(1, false)}, 64, 64); }},
