@@ -29,6 +29,7 @@ WindowKvCache::WindowKvCache(std::size_t heads, std::size_t head_dim, std::size_
   window_ = static_cast<std::size_t>(window);
   keys_.assign(checked_element_count(fn, {heads, window_, head_dim}), 0.0f);
   values_.assign(checked_element_count(fn, {heads, window_, head_dim_v}), 0.0f);
+  slot_max_.assign(window_, 0.0);
 }
 
 void WindowKvCache::append(const Tensor2& k_t, const Tensor2& v_t) {
@@ -37,6 +38,7 @@ void WindowKvCache::append(const Tensor2& k_t, const Tensor2& v_t) {
   require_token(fn, "v_t", v_t, heads_, head_dim_v_, "head_dim_v");
   // Position t goes to slot t mod w, where position t - w was: no later query sees that one.
   const std::size_t slot = tokens_ % window_;
+  slot_max_[slot] = static_cast<double>(xt::amax(xt::abs(k_t))());
   for (std::size_t h = 0; h < heads_; ++h) {
     std::copy_n(k_t.data() + h * head_dim_, head_dim_, keys_.data() + (h * window_ + slot) * head_dim_);
     std::copy_n(v_t.data() + h * head_dim_v_, head_dim_v_, values_.data() + (h * window_ + slot) * head_dim_v_);
@@ -55,11 +57,9 @@ Tensor2 WindowKvCache::attend(const Tensor2& q_t, std::optional<double> scale_op
   const std::size_t held = size(), d = head_dim_, d_v = head_dim_v_;
   // As every attention of the project: scale |q . k| <= scale d max|q| max|k| must stay inside
   // float's range, or a score would overflow to infinity (1e38 leaves room for rounding).
-  double q_max = 0.0, k_max = 0.0;
+  double q_max = 0.0;
   for (float x : q_t) q_max = std::max(q_max, static_cast<double>(std::fabs(x)));
-  for (std::size_t h = 0; h < heads_; ++h)
-    for (std::size_t e = 0; e < held * d; ++e)
-      k_max = std::max(k_max, static_cast<double>(std::fabs(keys_[h * window_ * d + e])));
+  const double k_max = *std::max_element(slot_max_.begin(), slot_max_.begin() + static_cast<std::ptrdiff_t>(held));
   const double dot_bound = static_cast<double>(d) * q_max * k_max;
   require(dot_bound <= 1e38 && scale_value * dot_bound <= 1e38, fn, "q_t and the cached keys are too large: ",
           "scale * q . k could reach ", scale_value * dot_bound, ", beyond float's range (3.4e38); scale them down");

@@ -67,12 +67,12 @@ const WindowCase kWindowCases[] = {
     {"seq 130, causal window of 17", 2, 130, 130, 16, 16, 0},
     {"seq 65, window wider than the sequence", 1, 65, 65, 8, 100, 100},
     {"decode-like, 5 queries over 70 keys", 2, 5, 70, 8, 9, 0},
+    {"seq 1200, radius 600 (a tile's keys span more than one run of 1024)", 1, 1200, 1200, 8, 600, 600},
 };
 INSTANTIATE_TEST_SUITE_P(Ch03, SlidingWindowCases,
                          ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::sliding_window)),
                                             ::testing::ValuesIn(kWindowCases)),
                          tvlab::testing::ImplCaseName());
-
 
 class SlidingWindowErrors : public ::testing::TestWithParam<Backend> {};
 

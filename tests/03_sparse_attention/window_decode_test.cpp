@@ -78,13 +78,13 @@ TEST(WindowKvCache, decoding_token_by_token_equals_full_sequence_window_attentio
   }
 }
 
-// The window is the cache's only size: 4 h w (d + d_v) bytes from the start, whether 1 or 10 w
+// The window is the cache's only size: 4 h w (d + d_v) + 8 w bytes from the start, whether 1 or 10 w
 // tokens have been appended.
 TEST(WindowKvCache, memory_is_constant_in_the_number_of_tokens) {
   const std::size_t heads = 4, d = 16, d_v = 8, w = 32;
   WindowKvCache cache(heads, d, d_v, static_cast<long long>(w));
-  const std::size_t expected = heads * w * (d + d_v) * sizeof(float);
-  EXPECT_EQ(cache.bytes(), expected) << "an empty cache of window " << w << " already holds its w slots: 4 h w (d + d_v)";
+  const std::size_t expected = heads * w * (d + d_v) * sizeof(float) + w * sizeof(double);
+  EXPECT_EQ(cache.bytes(), expected) << "an empty cache of window " << w << " already holds its w slots: 4 h w (d + d_v) bytes and one double per slot";
   Rng rng(5);
   const Tensor2 k = rng.normal_matrix(heads, d), v = rng.normal_matrix(heads, d_v);
   for (std::size_t t = 1; t <= 10 * w; ++t) {

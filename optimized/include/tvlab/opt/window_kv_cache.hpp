@@ -42,14 +42,18 @@ class WindowKvCache {
   std::size_t tokens() const { return tokens_; }  ///< positions appended so far
   /// Positions held: \f$ \min(\text{tokens}, w) \f$.
   std::size_t size() const { return tokens_ < window_ ? tokens_ : window_; }
-  /// Bytes of the key and value slots, \f$ 4\,h\,w\,(d + d_v) \f$: independent of `tokens()`.
-  std::size_t bytes() const { return (keys_.capacity() + values_.capacity()) * sizeof(float); }
+  /// Bytes of the key and value slots, \f$ 4\,h\,w\,(d + d_v) \f$, and of each slot's largest \f$ |k| \f$ (\f$ 8w \f$):
+  /// independent of `tokens()`.
+  std::size_t bytes() const {
+    return (keys_.capacity() + values_.capacity()) * sizeof(float) + slot_max_.capacity() * sizeof(double);
+  }
 
  private:
   std::size_t heads_, head_dim_, head_dim_v_, window_;
   std::size_t tokens_ = 0;
   std::vector<float> keys_;    // [heads, w, head_dim]: slot s of head h at (h w + s) head_dim
   std::vector<float> values_;  // [heads, w, head_dim_v]
+  std::vector<double> slot_max_;  // [w]: max |k| of each slot's key over the heads (for the overflow check)
 };
 
 }  // namespace tvlab::opt
