@@ -112,7 +112,9 @@ TEST(Ch03ReceptiveField, dilated_windows_span_L_w_d_but_reach_every_d_th_positio
               ASSERT_EQ(field_members(f, n), exact) << "n " << n << ", radius " << w << ", dilation " << d
                                                     << (causal ? ", causal, " : ", ") << layers << " layers, position " << p;
               for (std::size_t j = 0; j < n; ++j)
-                if (exact[j]) EXPECT_EQ((j + d - p % d) % d, 0u) << "reached " << j << " from " << p;
+                if (exact[j]) {
+                  EXPECT_EQ((j + d - p % d) % d, 0u) << "reached " << j << " from " << p;
+                }
             }
           }
   // Longformer's remedy, heads with different dilations in one layer: with dilation 1 beside
@@ -352,8 +354,12 @@ TEST(Ch03Cost, bigbird_rows_have_3_plus_r_plus_g_blocks) {
           for (std::size_t J = I == 0 ? 0 : I - 1; J <= I + 1 && J < blocks; ++J) window += global(J) ? 0 : 1;
           EXPECT_EQ(p.row_size(i), (window + g + r) * b) << "block " << I << ", g " << g << ", r " << r;
           // Interior: (3 + r + g) b; next to a global block: (2 + r + g) b, i.e. (4 + r) b for g = 2.
-          if (window == 3) EXPECT_EQ(p.row_size(i), (3 + r + g) * b);
-          if (g == 2 && (I == 1 || I == blocks - 2)) EXPECT_EQ(p.row_size(i), (4 + r) * b);
+          if (window == 3) {
+            EXPECT_EQ(p.row_size(i), (3 + r + g) * b);
+          }
+          if (g == 2 && (I == 1 || I == blocks - 2)) {
+            EXPECT_EQ(p.row_size(i), (4 + r) * b);
+          }
         }
       }
 }

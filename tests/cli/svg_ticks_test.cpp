@@ -44,7 +44,9 @@ TEST(SvgTicks, LinearTicksAreMultiplesOfTheSmallestNiceStep) {
     EXPECT_GE(t.values.back(), r.hi - 1e-12) << "the last tick must not cut the data";
     for (std::size_t k = 0; k < t.values.size(); ++k) {
       EXPECT_NEAR(t.values[k] / step, std::round(t.values[k] / step), 1e-9) << "tick " << t.values[k] << " is not a multiple of the step";
-      if (k > 0) EXPECT_NEAR(t.values[k] - t.values[k - 1], step, 1e-9 * step);
+      if (k > 0) {
+        EXPECT_NEAR(t.values[k] - t.values[k - 1], step, 1e-9 * step);
+      }
       // The label reads back as the tick, with no digit beyond the step's.
       EXPECT_NEAR(std::stod(t.labels[k]), t.values[k], 1e-9 * std::max(1.0, std::abs(t.values[k])));
       const auto point = t.labels[k].find('.');
