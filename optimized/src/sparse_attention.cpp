@@ -26,10 +26,7 @@ float validate_block_sparse(const Tensor3& q, const Tensor3& k, const Tensor3& v
                             const std::optional<double>& scale) {
   const char* fn = "block_sparse_attention";
   const double s = validate_sparse_attention(fn, q, k, v, scale);
-  const std::size_t heads = q.shape()[0];
-  require(layouts.size() == 1 || layouts.size() == heads, fn, "layouts holds ", layouts.size(),
-          " layouts, expected 1 (shared by every head) or one per head (", heads, ")");
-  for (const BlockLayout& layout : layouts) validate_block_layout(fn, "layouts", layout, q.shape()[1], k.shape()[1]);
+  validate_head_layouts(fn, "layouts", layouts, q.shape()[0], q.shape()[1], k.shape()[1]);
   return static_cast<float>(s);
 }
 
@@ -38,11 +35,7 @@ float validate_window(const Tensor3& q, const Tensor3& k, const Tensor3& v, Slid
                       const std::optional<double>& scale) {
   const char* fn = "sliding_window_attention";
   const double s = validate_sparse_attention(fn, q, k, v, scale);
-  const std::size_t seq_q = q.shape()[1], seq_k = k.shape()[1];
-  require(window.left >= 0, fn, "window.left (", window.left, ") must be >= 0");
-  require(window.right >= 0, fn, "window.right (", window.right, ") must be >= 0");
-  require(seq_q <= seq_k, fn, "q has ", seq_q, " rows and k ", seq_k,
-          ": the window places the queries at the last seq_q of the seq_k positions, so seq_q <= seq_k");
+  validate_sliding_window(fn, window, q.shape()[1], k.shape()[1]);
   return static_cast<float>(s);
 }
 

@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "../common/testing.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/core/tensor.hpp"
+#include "tvlab/core/xt.hpp"
 
 namespace tvlab {
 namespace {
@@ -239,6 +242,41 @@ TEST(Core, error_messages_name_function_and_parameter) {
   }
   const NotImplemented ni("exercise 00.1: softmax");
   EXPECT_STREQ(ni.what(), "not implemented: exercise 00.1: softmax");
+}
+
+// max_abs_or_inf against the plain definition max_i |x_i| (in double) on values of every kind:
+// signed zeros, subnormals, the largest float, and each NaN or infinity at the start, the middle
+// and the end (where a vectorised loop's head, body and tail handle it).
+TEST(Core, max_abs_or_inf_is_the_largest_magnitude_or_inf_for_any_non_finite_value) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(max_abs_or_inf(nullptr, 0), 0.0f) << "no elements: the maximum of nothing is 0";
+  std::vector<float> x(37);
+  Rng rng(7);
+  for (float& v : x) v = static_cast<float>(rng.normal());
+  x[5] = -8.5f;  // the largest magnitude is negative
+  x[6] = -0.0f;
+  x[7] = std::numeric_limits<float>::denorm_min();
+  double want = 0.0;
+  for (float v : x) want = std::max(want, std::fabs(static_cast<double>(v)));
+  EXPECT_EQ(max_abs_or_inf(x.data(), x.size()), static_cast<float>(want));
+  EXPECT_EQ(max_abs_or_inf(x.data() + 6, 2), std::numeric_limits<float>::denorm_min()) << "-0 and a subnormal";
+  x[9] = -std::numeric_limits<float>::max();
+  EXPECT_EQ(max_abs_or_inf(x.data(), x.size()), std::numeric_limits<float>::max());
+  for (const float bad : {inf, -inf, nan, -nan}) {
+    for (const std::size_t at : {std::size_t{0}, std::size_t{18}, x.size() - 1}) {
+      std::vector<float> y = x;
+      y[at] = bad;
+      EXPECT_EQ(max_abs_or_inf(y.data(), y.size()), inf) << bad << " at index " << at;
+    }
+  }
+  // The check that uses it names the tensor and the first bad index, as require_finite does.
+  Tensor2 t = xt::ones<float>({3, 4});
+  EXPECT_EQ(require_finite_max_abs("f", "t", t), 1.0f);
+  t(2, 1) = nan;
+  t(2, 3) = inf;
+  EXPECT_TRUE(testing::throws_error_naming([&] { require_finite_max_abs("f", "t", t); },
+                                          {"f: t has a non-finite value (nan) at flat index 9"}));
 }
 
 }  // namespace

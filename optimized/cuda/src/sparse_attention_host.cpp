@@ -113,9 +113,7 @@ FlashOutput block_sparse_attention(const Tensor3& q, const Tensor3& k, const Ten
   const char* fn = "block_sparse_attention";
   const double s = validate_sparse_attention(fn, q, k, v, scale);
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], seq_k = k.shape()[1];
-  require(layouts.size() == 1 || layouts.size() == heads, fn, "layouts holds ", layouts.size(),
-          " layouts, expected 1 (shared by every head) or one per head (", heads, ")");
-  for (const BlockLayout& layout : layouts) validate_block_layout(fn, "layouts", layout, seq_q, seq_k);
+  validate_head_layouts(fn, "layouts", layouts, heads, seq_q, seq_k);
 
   auto args = shapes_of<device::BlockSparseArgs>(q, k, v, s);
   // One thread per row of the widest query block (rows past the sequence need none), at most 1024.
@@ -162,10 +160,7 @@ FlashOutput sliding_window_attention(const Tensor3& q, const Tensor3& k, const T
   const char* fn = "sliding_window_attention";
   const double s = validate_sparse_attention(fn, q, k, v, scale);
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], seq_k = k.shape()[1];
-  require(window.left >= 0, fn, "window.left (", window.left, ") must be >= 0");
-  require(window.right >= 0, fn, "window.right (", window.right, ") must be >= 0");
-  require(seq_q <= seq_k, fn, "q has ", seq_q, " rows and k ", seq_k,
-          ": the window places the queries at the last seq_q of the seq_k positions, so seq_q <= seq_k");
+  validate_sliding_window(fn, window, seq_q, seq_k);
 
   auto args = shapes_of<device::SlidingWindowArgs>(q, k, v, s);
   // A window reaching past either end of the keys sees what one reaching exactly to it sees; the

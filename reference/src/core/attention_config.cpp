@@ -39,9 +39,10 @@ double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, co
   require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
   require_dim(fn, "k", k, 2, "head_dim", q.shape()[2], "the head_dim of q");
   require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
-  require_finite(fn, "q", q);
-  require_finite(fn, "k", k);
-  require_finite(fn, "v", v);
+  // The finiteness checks and the largest |q|, |k| below in one pass over each input.
+  const double q_max = qk_growth * static_cast<double>(require_finite_max_abs(fn, "q", q));
+  const double k_max = qk_growth * static_cast<double>(require_finite_max_abs(fn, "k", k));
+  require_finite_max_abs(fn, "v", v);
   const std::size_t seq_q = q.shape()[1], seq_k = k.shape()[1];
   validate_attention_mask(fn, q.shape()[0], seq_q, seq_k, mask);
   const double scale = checked_scale(fn, scale_option, q.shape()[2]);
@@ -50,8 +51,6 @@ double validate_attention(const char* fn, const Tensor3& q, const Tensor3& k, co
   // float's range (3.4e38); 1e38 leaves room for rounding. A caller that transforms q and k
   // first (RoPE: a rotation mixes the two coordinates of a pair, so a coordinate grows by at most
   // sqrt(2) a_f) passes that growth.
-  const double q_max = qk_growth * static_cast<double>(xt::amax(xt::abs(q))());
-  const double k_max = qk_growth * static_cast<double>(xt::amax(xt::abs(k))());
   const double dot_bound = static_cast<double>(q.shape()[2]) * q_max * k_max;
   double bias_max = 0.0;
   if (mask.bias)

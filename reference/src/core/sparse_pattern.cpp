@@ -73,6 +73,20 @@ void validate_head_patterns(const char* function, const char* parameter, const H
   for (const SparsePattern& p : patterns) validate_pattern(function, parameter, p, seq_q, seq_k);
 }
 
+void validate_head_layouts(const char* function, const char* parameter, const HeadLayouts& layouts,
+                           std::size_t heads, std::size_t seq_q, std::size_t seq_k) {
+  require(layouts.size() == 1 || layouts.size() == heads, function, parameter, " holds ", layouts.size(),
+          " layouts, expected 1 (shared by every head) or one per head (", heads, ")");
+  for (const BlockLayout& layout : layouts) validate_block_layout(function, parameter, layout, seq_q, seq_k);
+}
+
+void validate_sliding_window(const char* function, SlidingWindow window, std::size_t seq_q, std::size_t seq_k) {
+  require(window.left >= 0, function, "window.left (", window.left, ") must be >= 0");
+  require(window.right >= 0, function, "window.right (", window.right, ") must be >= 0");
+  require(seq_q <= seq_k, function, "q has ", seq_q, " rows and k ", seq_k,
+          ": the window places the queries at the last seq_q of the seq_k positions, so seq_q <= seq_k");
+}
+
 SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
   const char* fn = "pattern_union";
   require(!patterns.empty(), fn, "patterns must hold at least one pattern");

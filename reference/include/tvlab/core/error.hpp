@@ -59,6 +59,22 @@ void require_finite(std::string_view function, std::string_view name, const T& t
   }
 }
 
+/// The largest \f$ |x_i| \f$ of n contiguous floats in one pass, or +inf when some element is NaN or
+/// infinite. It works on the bit patterns: with the sign bit cleared, finite floats order as their
+/// bits do as integers, and every infinity and NaN lies at or above `0x7f800000`, so one integer
+/// maximum (a loop the compiler vectorises) answers both questions.
+float max_abs_or_inf(const float* x, std::size_t n);
+
+/// Requires every element of a contiguous float tensor (`Tensor1` ... `Tensor4`) to be finite, as
+/// `require_finite`, and returns the largest \f$ |x_i| \f$: one fast pass, and the element-by-element
+/// search for the first bad index only when there is one.
+template <class T>
+float require_finite_max_abs(std::string_view function, std::string_view name, const T& tensor) {
+  const float max_abs = max_abs_or_inf(tensor.data(), tensor.size());
+  if (!std::isfinite(max_abs)) require_finite(function, name, tensor);
+  return max_abs;
+}
+
 /// Requires every element to be finite or -inf (a masked logit): no NaN, no +inf.
 template <class T>
 void require_finite_or_neg_inf(std::string_view function, std::string_view name, const T& tensor) {

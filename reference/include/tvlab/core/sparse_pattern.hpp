@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tvlab/core/attention_mask.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab {
@@ -120,6 +121,15 @@ HeadLayouts to_block_layouts(const HeadPatterns& patterns, std::size_t block_q, 
 
 /// The layout that head `h` uses.
 const BlockLayout& layout_of_head(const HeadLayouts& layouts, std::size_t h);
+
+/// Checks `layouts` (1 or `heads` entries, each as `validate_block_layout`), naming `parameter`.
+void validate_head_layouts(const char* function, const char* parameter, const HeadLayouts& layouts,
+                           std::size_t heads, std::size_t seq_q, std::size_t seq_k);
+
+/// Checks a sliding window for `function`: widths \f$ w_l, w_r \ge 0 \f$, and seq_q <= seq_k (the
+/// queries are the last seq_q of the seq_k positions). Throws `tvlab::Error` naming `window.left`,
+/// `window.right` or the sizes.
+void validate_sliding_window(const char* function, SlidingWindow window, std::size_t seq_q, std::size_t seq_k);
 
 /// The checks every sparse attention function (ref, opt, CUDA) runs on q `[heads, seq_q, d]`, k
 /// `[heads, seq_k, d]`, v `[heads, seq_k, d_v]` and the scale: chapter 00's (`validate_attention`
