@@ -210,27 +210,8 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
         // Masked and padded columns: -inf, so that e^{S - m'} is 0 there.
         std::fill(srow, srow + visible.begin, neg_inf);
         std::fill(srow + visible.end, srow + bc_pad, neg_inf);
-        // m' = max(m, rowmax S)
-        FloatBatch vmax(neg_inf);
-        for (std::size_t c = 0; c < bc_pad; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
-        alignas(64) float lanes[kLanes];
-        vmax.store_aligned(lanes);
-        const float m_new = std::max(m[r], *std::max_element(lanes, lanes + kLanes));
-        // P~ = e^{S - m'} in place, and its row sum.
-        const FloatBatch vm(m_new);
-        FloatBatch vsum(0.0f);
-        for (std::size_t c = 0; c < bc_pad; c += kLanes) {
-          const FloatBatch e = xsimd::exp(FloatBatch::load_unaligned(srow + c) - vm);
-          e.store_unaligned(srow + c);
-          vsum += e;
-        }
-        // l' = e^{m - m'} l + rowsum P~; O~ row rescaled by e^{m - m'} (0 before the first key).
-        const float correction = m[r] == neg_inf ? 0.0f : std::exp(m[r] - m_new);
-        l[r] = l[r] * correction + xsimd::hadd(vsum);
-        m[r] = m_new;
-        float* orow = o + r * dv_pad;
-        const FloatBatch vc(correction);
-        for (std::size_t e = 0; e < dv_pad; e += kLanes) (FloatBatch::load_unaligned(orow + e) * vc).store_unaligned(orow + e);
+        // m' = max(m, rowmax S); P~ = e^{S - m'}; l' = e^{m - m'} l + rowsum P~; O~ row *= e^{m - m'}.
+        detail::online_softmax_row(srow, bc_pad, m[r], l[r], o + r * dv_pad, dv_pad);
       }
       // O~ += P~ V_j (micro-kernel).
       detail::accumulate_pv(s, bc_pad, vp.data() + (h * k_tiles + j) * v_tile, dv_pad, o, rows, cols);

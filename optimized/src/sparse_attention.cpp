@@ -256,7 +256,7 @@ class RowGroup {
       float* srow = s_ + r * s_ld_;
       hide(r, srow);
       std::fill(srow + cols, srow + kChunk, kNegInf);
-      softmax_step(r, srow, kChunk);
+      detail::online_softmax_row(srow, kChunk, m_[r], l_[r], o_ + r * o_ld_, o_ld_);
     }
     // O~ += P~ V for the chunk's keys (micro-kernel).
     detail::accumulate_pv(s_, s_ld_, kv.v(h_) + c0 * kv.dv_pad(), kv.dv_pad(), o_, rows_, cols);
@@ -274,7 +274,8 @@ class RowGroup {
       float* srow = s_ + r * s_ld_;
       hide(r, srow);
       std::fill(srow + cols, srow + width, kNegInf);
-      softmax_step(r, srow, width);
+      // chapter 04's online-softmax step on the row (hidden entries -inf)
+      detail::online_softmax_row(srow, width, m_[r], l_[r], o_ + r * o_ld_, o_ld_);
     }
     // O~ += P~ V, [rows, d_v] (O~ was rescaled row by row above)
     detail::sgemm(rows_, d_v, cols, 1.0f, s_, s_ld_, v.data() + (h_ * seq_k + c0) * d_v, d_v, false, 1.0f, o_, o_ld_);
@@ -284,34 +285,6 @@ class RowGroup {
   void finish(FlashOutput& result) const { write_rows(result, h_, i0_, rows_, o_, o_ld_, m_, l_); }
 
  private:
-  // Chapter 04's online-softmax step on row r's scores srow[0, width) (width a multiple of the
-  // SIMD width; hidden entries -inf): m' = max(m, rowmax S); P~ = e^{S - m'} in place (0 where
-  // hidden); l' = e^{m - m'} l + rowsum P~; the row of O~ rescaled by e^{m - m'} (0 before the
-  // first key). A row that has seen no key yet and sees none here keeps m = -inf and gets P~ = 0.
-  void softmax_step(std::size_t r, float* srow, std::size_t width) {
-    FloatBatch vmax(kNegInf);
-    for (std::size_t c = 0; c < width; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
-    alignas(64) float lanes[kLanes];
-    vmax.store_aligned(lanes);
-    const float m_new = std::max(m_[r], *std::max_element(lanes, lanes + kLanes));
-    if (m_new == kNegInf) {
-      std::fill(srow, srow + width, 0.0f);
-      return;
-    }
-    const FloatBatch vm(m_new);
-    FloatBatch vsum(0.0f);
-    for (std::size_t c = 0; c < width; c += kLanes) {
-      const FloatBatch p = xsimd::exp(FloatBatch::load_unaligned(srow + c) - vm);
-      p.store_unaligned(srow + c);
-      vsum += p;
-    }
-    const float correction = m_[r] == kNegInf ? 0.0f : std::exp(m_[r] - m_new);
-    l_[r] = l_[r] * correction + xsimd::hadd(vsum);
-    m_[r] = m_new;
-    float* orow = o_ + r * o_ld_;
-#pragma omp simd
-    for (std::size_t e = 0; e < o_ld_; ++e) orow[e] *= correction;
-  }
 
   std::size_t s_ld_, o_ld_;
   float *s_, *o_, *m_, *l_;

@@ -1,11 +1,15 @@
 #pragma once
 // The tile products of flash attention's v2 as register-blocked SIMD micro-kernels (xsimd:
 // 16 floats per register with AVX-512, 8 with AVX2). Both keep a 4-row x kVectors-register block
-// of accumulators in registers and stream the other operand from L1.
+// of accumulators in registers and stream the other operand from L1. And the online softmax's
+// step on one row of a score tile, shared by the dense (chapter 04) and sparse (chapter 03) kernels.
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <limits>
 
 namespace tvlab::opt::detail {
 
@@ -81,6 +85,38 @@ inline void accumulate_pv(const float* p, std::size_t lds, const float* v, std::
       }
       for (std::size_t x = 0; x < kVectors; ++x) acc[x].store_unaligned(o + r * ldv + e + x * kLanes);
     }
+}
+
+/// The online softmax's step on one row of a score tile, srow[0, width) (width a multiple of
+/// kLanes; hidden and padding entries -inf), with the row's running max m and sum l:
+/// m' = max(m, rowmax S); P~ = e^{S - m'} in place (0 where hidden); l' = e^{m - m'} l + rowsum P~;
+/// the row of the output accumulator orow[0, o_width) rescaled by e^{m - m'} (0 before the first
+/// key). A row that has seen no key yet and sees none here keeps m = -inf and gets P~ = 0.
+inline void online_softmax_row(float* srow, std::size_t width, float& m, float& l, float* orow, std::size_t o_width) {
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  FloatBatch vmax(neg_inf);
+  for (std::size_t c = 0; c < width; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
+  alignas(64) float lanes[kLanes];
+  vmax.store_aligned(lanes);
+  const float m_new = std::max(m, *std::max_element(lanes, lanes + kLanes));
+  if (m_new == neg_inf) {  // e^{-inf - (-inf)} would be NaN: nothing attended yet, nothing to add
+    std::fill(srow, srow + width, 0.0f);
+    return;
+  }
+  // P~ = e^{S - m'} in place, and its row sum.
+  const FloatBatch vm(m_new);
+  FloatBatch vsum(0.0f);
+  for (std::size_t c = 0; c < width; c += kLanes) {
+    const FloatBatch p = xsimd::exp(FloatBatch::load_unaligned(srow + c) - vm);
+    p.store_unaligned(srow + c);
+    vsum += p;
+  }
+  // l' = e^{m - m'} l + rowsum P~; the output row rescaled by e^{m - m'}.
+  const float correction = m == neg_inf ? 0.0f : std::exp(m - m_new);
+  l = l * correction + xsimd::hadd(vsum);
+  m = m_new;
+#pragma omp simd
+  for (std::size_t e = 0; e < o_width; ++e) orow[e] *= correction;
 }
 
 }  // namespace tvlab::opt::detail
