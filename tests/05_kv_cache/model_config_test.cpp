@@ -76,19 +76,29 @@ TEST(Ch05ModelConfig, absent_kv_heads_mean_mha_and_an_explicit_head_dim_wins) {
   EXPECT_EQ(wide.num_key_value_heads, 1);
 }
 
-TEST(Ch05ModelConfig, reads_an_mla_config_like_deepseek_v2_lite) {
+TEST(Ch05ModelConfig, reads_mla_configs_like_deepseek_v2_and_v2_lite) {
+  // DeepSeek-V2's fields (no head_dim; hidden_size / heads = 5120 / 128 = 40 is not a head width).
   const ModelConfig c = read_model_config(write_config("mla", R"({
-    "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 27, "num_key_value_heads": 16,
-    "kv_lora_rank": 512, "q_lora_rank": null, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+    "hidden_size": 5120, "num_attention_heads": 128, "num_hidden_layers": 60, "num_key_value_heads": 128,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
     "v_head_dim": 128, "torch_dtype": "bfloat16"})"));
   EXPECT_TRUE(c.is_mla());
-  EXPECT_EQ(c.kv_lora_rank, 512);
-  EXPECT_EQ(c.q_lora_rank, 0);
-  EXPECT_EQ(c.qk_rope_head_dim, 64);
-  EXPECT_EQ(c.head_dim, 128);  // qk_nope_head_dim, not 2048 / 16
-  const ModelConfig& lite = named_model_config("deepseek-v2-lite");
-  EXPECT_EQ(c.num_hidden_layers, lite.num_hidden_layers);
-  EXPECT_EQ(c.kv_lora_rank, lite.kv_lora_rank);
+  EXPECT_EQ(c.head_dim, 128);  // qk_nope_head_dim, the paper's d_h
+  const ModelConfig& v2 = named_model_config("deepseek-v2");
+  EXPECT_EQ(c.num_hidden_layers, v2.num_hidden_layers);
+  EXPECT_EQ(c.kv_lora_rank, v2.kv_lora_rank);
+  EXPECT_EQ(c.q_lora_rank, v2.q_lora_rank);
+  EXPECT_EQ(c.qk_rope_head_dim, v2.qk_rope_head_dim);
+  EXPECT_EQ(c.qk_nope_head_dim, v2.qk_nope_head_dim);
+  EXPECT_EQ(c.v_head_dim, v2.v_head_dim);
+  EXPECT_EQ(c.head_dim, v2.head_dim);
+  // V2-Lite: queries not compressed, "q_lora_rank": null reads as 0.
+  const ModelConfig lite = read_model_config(write_config("mla_lite", R"({
+    "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 27, "kv_lora_rank": 512,
+    "q_lora_rank": null, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128})"));
+  EXPECT_EQ(lite.q_lora_rank, 0);
+  EXPECT_EQ(lite.num_key_value_heads, 16);
+  EXPECT_EQ(lite.num_hidden_layers, named_model_config("deepseek-v2-lite").num_hidden_layers);
 }
 
 TEST(Ch05ModelConfig, bad_files_and_fields_name_the_file_and_the_field) {
