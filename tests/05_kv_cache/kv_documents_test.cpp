@@ -128,8 +128,9 @@ TEST(Ch05Documents, x8_a_rank_10_factorisation_of_a_1000_square_stores_20000_val
 }
 
 TEST(Ch05Documents, x9_tpa_with_rank_2_keys_and_values_saves_about_90_percent) {
-  // 000 L223: "about 90% memory saving". With the T6 reference code's default ranks R_K = R_V = 2
-  // (github.com/tensorgi/T6, T6Config rank = 2) on a 32-head, d_h = 128 layer:
+  // 000 L223: "about 90% memory saving". With key and value ranks R_K = R_V = 2 (the default of the
+  // authors' T6Config, "rank = 2 # CP rank for key and value", github.com/tensorgi/T6) on a
+  // 32-head, d_h = 128 layer:
   // 1 - (2 + 2)(32 + 128) / (2 x 32 x 128) = 1 - 640 / 8192 = 92.2%. The saving depends on the ranks
   // and the shape (rank 4 gives 84.4%), so "about 90%" holds for rank 2 only.
   const double mha = gqa_kv_elements_per_token(32, 32, 128);

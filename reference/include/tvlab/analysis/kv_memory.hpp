@@ -97,12 +97,16 @@ long long gpus_needed(double kv_bytes, double weight_bytes = 0, double gpu_bytes
 long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, long long num_gpus,
                              double gpu_bytes = 80e9);
 
-/// What each of `tp_size` tensor-parallel GPUs holds of a layer's \f$ g \f$ key-value heads, as
-/// Megatron-LM and vLLM split them: the query heads are split evenly; when \f$ g \ge t \f$ each GPU
-/// owns \f$ g / t \f$ kv heads (\f$ t \f$ must divide \f$ g \f$); when \f$ g < t \f$ each GPU holds one
-/// kv head, replicated on \f$ t / g \f$ GPUs (\f$ g \f$ must divide \f$ t \f$). (vLLM
-/// `QKVParallelLinear`: num_kv_heads = max(1, total_num_kv_heads / tp_size); Megatron-LM requires
-/// num_query_groups divisible by the tensor-parallel size.)
+/// What each of `tp_size` tensor-parallel GPUs holds of a layer's \f$ g \f$ key-value heads. The
+/// query heads are split evenly (\f$ h / t \f$ per GPU). When \f$ g \ge t \f$ each GPU owns
+/// \f$ g / t \f$ kv heads (\f$ t \f$ must divide \f$ g \f$): Megatron-LM's attention computes
+/// `num_query_groups_per_partition = divide(num_query_groups, world_size)`, which asserts exact
+/// division, so Megatron-LM supports only this case. When \f$ g < t \f$ each GPU holds one kv head,
+/// the one its query heads use, replicated on \f$ t / g \f$ GPUs (\f$ g \f$ must divide \f$ t \f$):
+/// vLLM's `QKVParallelLinear` (vllm/model_executor/layers/linear.py) sets num_kv_heads = 1 and
+/// num_kv_head_replicas = tp_size / total_num_kv_heads when tp_size >= total_num_kv_heads, and
+/// num_kv_heads = total_num_kv_heads / tp_size otherwise. Each GPU computes its own heads' K and V
+/// from the (replicated) layer input, so the KV cache itself is never sent between GPUs.
 /// @ingroup ch05
 struct TensorParallelKv {
   long long kv_heads_per_gpu = 0;  ///< \f$ \max(1, g / t) \f$
