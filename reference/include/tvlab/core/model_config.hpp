@@ -34,7 +34,7 @@ struct ModelConfig {
 
   /// True for Multi-head Latent Attention (DeepSeek-V2/V3): the cache holds \f$ c^{KV} \f$ and \f$ k^R \f$.
   bool is_mla() const { return kv_lora_rank > 0; }
-  /// \f$ h / g \f$: query heads per key-value head.
+  /// \f$ h / g \f$: query heads per key-value head (of a validated config: g > 0 divides h).
   long long group_size() const { return num_attention_heads / num_key_value_heads; }
 };
 
