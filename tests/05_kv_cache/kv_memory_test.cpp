@@ -31,7 +31,12 @@ TEST(Ch05KvMemory, bytes_per_element_follow_the_formats_bit_widths) {
   EXPECT_EQ(kv_dtype_from_torch_dtype("bfloat16"), KvDType::bf16);
   EXPECT_EQ(kv_dtype_from_torch_dtype("float16"), KvDType::fp16);
   EXPECT_EQ(kv_dtype_from_torch_dtype("float32"), KvDType::fp32);
-  EXPECT_STREQ(kv_dtype_name(KvDType::int4), "int4");
+  EXPECT_EQ(kv_dtype_from_torch_dtype("float8_e4m3fn"), KvDType::fp8);
+  EXPECT_EQ(kv_dtype_from_torch_dtype("int8"), KvDType::int8);
+  EXPECT_EQ(kv_dtype_from_torch_dtype("int4"), KvDType::int4);
+  // Every format's short name reads back as itself.
+  for (KvDType d : {KvDType::fp32, KvDType::fp16, KvDType::bf16, KvDType::fp8, KvDType::int8, KvDType::int4})
+    EXPECT_EQ(kv_dtype_from_torch_dtype(kv_dtype_name(d)), d) << kv_dtype_name(d);
 }
 
 TEST(Ch05KvMemory, mqa_is_gqa_with_one_group_and_mha_is_gqa_with_h_groups) {
