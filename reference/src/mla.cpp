@@ -68,12 +68,18 @@ Tensor2 append_positions(const Tensor2& past, const Tensor2& extra) {
 
 // Causal attention of n new queries over all T cached positions: query row i is position T - n + i
 // and sees keys 0 .. T - n + i (the bottom-right alignment of a KV cache).
-AttentionConfig causal_with_scale(double scale) {
+// Chapter 00's attention checks q and k once more (their scores must stay within float's range);
+// its error is reported as this function's.
+Tensor3 causal_attention(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, double scale) {
   AttentionConfig cfg;
   cfg.scale = scale;
   cfg.mask.causal = true;
   cfg.mask.causal_align = CausalAlign::bottom_right;
-  return cfg;
+  try {
+    return scaled_dot_product_attention(q, k, v, cfg);
+  } catch (const Error& e) {
+    fail(fn, "x gives queries and keys whose attention is undefined: ", e.what());
+  }
 }
 
 // Checks shared by both paths: the config, the weights, x, and a cache of the right path and shape.
@@ -154,7 +160,7 @@ Tensor2 mla_naive(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, M
     }
   const Tensor3 keys = append_positions(cache.keys, k_new), values = append_positions(cache.values, v_new);
   // o_{t,i} = sum_{j <= t} softmax_j(q_{t,i} . k_{j,i} / sqrt(d_h + d_h^R)) v^C_{j,i}  (chapter 00's attention)
-  const Tensor3 o = scaled_dot_product_attention(q, keys, values, causal_with_scale(mla_softmax_scale(cfg)));
+  const Tensor3 o = causal_attention(fn, q, keys, values, mla_softmax_scale(cfg));
   Tensor2 u = output_projection(o, w.w_o);
   // Nothing above changed the cache: it grows only once everything has succeeded.
   cache.keys = keys;
@@ -195,7 +201,7 @@ Tensor2 mla_absorbed(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg
       for (std::size_t e = 0; e < d_r; ++e) k(i, j, d_c + e) = rope_keys(j, e);
     }
   // a_{t,i} = sum_{j <= t} p_{tij} c^KV_j: the attention-weighted latent, scale 1/sqrt(d_h + d_h^R)
-  const Tensor3 averaged = scaled_dot_product_attention(q, k, v, causal_with_scale(mla_softmax_scale(cfg)));
+  const Tensor3 averaged = causal_attention(fn, q, k, v, mla_softmax_scale(cfg));
   // o_{t,i} = W^UV_i a_{t,i}: o(i, t, e) = sum_c a(i, t, c) W^UV(c, i d_v + e)
   Tensor3 o = Tensor3::from_shape({heads, n, d_v});
   for (std::size_t i = 0; i < heads; ++i)
