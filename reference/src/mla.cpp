@@ -2,53 +2,20 @@
 
 #include <string>
 
-#include "tvlab/core/attention_config.hpp"
+#include "latent_projection.hpp"
 #include "tvlab/core/error.hpp"
-#include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/normalization.hpp"
 #include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ref {
 namespace {
 
+using detail::append_positions;
+using detail::causal_attention;
+using detail::output_projection;
+using detail::project;
+
 std::size_t size(int value) { return static_cast<std::size_t>(value); }
-
-// y = x W for rows of x `[n, a]` and W `[a, b]`: y_tc = sum_k x_tk W_kc, in double.
-Tensor2 project(const Tensor2& x, const Tensor2& w) {
-  const std::size_t n = x.shape()[0], a = x.shape()[1], b = w.shape()[1];
-  Tensor2 y = Tensor2::from_shape({n, b});
-  for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t c = 0; c < b; ++c) {
-      double sum = 0.0;
-      for (std::size_t k = 0; k < a; ++k) sum += static_cast<double>(x(t, k)) * w(k, c);
-      y(t, c) = static_cast<float>(sum);
-    }
-  return y;
-}
-
-// The columns [i w, (i+1) w) of y `[n, heads * w]` as head i: `[heads, n, w]`.
-Tensor3 split_heads(const Tensor2& y, std::size_t heads) {
-  const std::size_t n = y.shape()[0], width = y.shape()[1] / heads;
-  Tensor3 out = Tensor3::from_shape({heads, n, width});
-  for (std::size_t i = 0; i < heads; ++i)
-    for (std::size_t t = 0; t < n; ++t)
-      for (std::size_t e = 0; e < width; ++e) out(i, t, e) = y(t, i * width + e);
-  return out;
-}
-
-// u_t = W^O [o_{t,1}; ...; o_{t,n_h}]: u_tc = sum_i sum_e o(i, t, e) W^O(i d_v + e, c).
-Tensor2 output_projection(const Tensor3& o, const Tensor2& w_o) {
-  const std::size_t heads = o.shape()[0], n = o.shape()[1], d_v = o.shape()[2], d = w_o.shape()[1];
-  Tensor2 u = Tensor2::from_shape({n, d});
-  for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t c = 0; c < d; ++c) {
-      double sum = 0.0;
-      for (std::size_t i = 0; i < heads; ++i)
-        for (std::size_t e = 0; e < d_v; ++e) sum += static_cast<double>(o(i, t, e)) * w_o(i * d_v + e, c);
-      u(t, c) = static_cast<float>(sum);
-    }
-  return u;
-}
 
 // The rows of `rows` `[n, w]` as one head `[1, n, w]` (chapter 02's RoPE takes [heads, seq, dim]).
 Tensor3 as_one_head(const Tensor2& rows) {
@@ -56,30 +23,6 @@ Tensor3 as_one_head(const Tensor2& rows) {
   for (std::size_t t = 0; t < rows.shape()[0]; ++t)
     for (std::size_t e = 0; e < rows.shape()[1]; ++e) out(0, t, e) = rows(t, e);
   return out;
-}
-
-// Appends `extra` after `past` along the sequence axis (axis 1 of [heads, seq, dim], 0 of [seq, dim]).
-Tensor3 append_positions(const Tensor3& past, const Tensor3& extra) {
-  return xt::concatenate(xt::xtuple(past, extra), 1);
-}
-Tensor2 append_positions(const Tensor2& past, const Tensor2& extra) {
-  return xt::concatenate(xt::xtuple(past, extra), 0);
-}
-
-// Causal attention of n new queries over all T cached positions: query row i is position T - n + i
-// and sees keys 0 .. T - n + i (the bottom-right alignment of a KV cache).
-// Chapter 00's attention checks q and k once more (their scores must stay within float's range);
-// its error is reported as this function's.
-Tensor3 causal_attention(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, double scale) {
-  AttentionConfig cfg;
-  cfg.scale = scale;
-  cfg.mask.causal = true;
-  cfg.mask.causal_align = CausalAlign::bottom_right;
-  try {
-    return scaled_dot_product_attention(q, k, v, cfg);
-  } catch (const Error& e) {
-    fail(fn, "x gives queries and keys whose attention is undefined: ", e.what());
-  }
 }
 
 // Checks shared by both paths: the config, the weights, x, and a cache of the right path and shape.
@@ -123,9 +66,9 @@ MlaProjections mla_project(const Tensor2& x, const MlaWeights& w, const MlaConfi
   const Tensor2 c_q = cfg.q_lora_rank ? rms_norm(project(x, w.w_dq), w.q_norm, cfg.rms_norm_eps) : x;
   MlaProjections p;
   // q^C_t = W^UQ c^Q_t, head i in columns [i d_h, (i+1) d_h)
-  p.q_nope = split_heads(project(c_q, w.w_uq), heads);
+  p.q_nope = detail::split_columns(project(c_q, w.w_uq), heads);
   // q^R_t = RoPE_t(W^QR c^Q_t), one rotated query part per head
-  p.q_rope = apply_rope(split_heads(project(c_q, w.w_qr), heads), freqs, cfg.rope_layout, first_position);
+  p.q_rope = apply_rope(detail::split_columns(project(c_q, w.w_qr), heads), freqs, cfg.rope_layout, first_position);
   // c^KV_t = RMSNorm(W^DKV h_t): the latent, the only per-head information the absorbed cache keeps
   p.latents = rms_norm(project(x, w.w_dkv), w.kv_norm, cfg.rms_norm_eps);
   // k^R_t = RoPE_t(W^KR h_t): from the hidden state, one vector shared by all heads
@@ -142,8 +85,8 @@ Tensor2 mla_naive(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, M
   const MlaProjections p = mla_project(x, w, cfg, static_cast<long long>(cache.tokens()));
 
   // k^C_{t,i} = W^UK_i c^KV_t and v^C_{t,i} = W^UV_i c^KV_t: every head's key and value, expanded
-  const Tensor3 k_nope = split_heads(project(p.latents, w.w_uk), heads);
-  const Tensor3 v_new = split_heads(project(p.latents, w.w_uv), heads);
+  const Tensor3 k_nope = detail::split_columns(project(p.latents, w.w_uk), heads);
+  const Tensor3 v_new = detail::split_columns(project(p.latents, w.w_uv), heads);
   // q_{t,i} = [q^C_{t,i}; q^R_{t,i}] and k_{t,i} = [k^C_{t,i}; k^R_t] (k^R_t copied into every head)
   Tensor3 q = Tensor3::from_shape({heads, n, d_h + d_r});
   Tensor3 k_new = Tensor3::from_shape({heads, n, d_h + d_r});
