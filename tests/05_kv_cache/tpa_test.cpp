@@ -294,6 +294,26 @@ TEST(Ch05Tpa, cached_floats_per_token_follow_the_closed_form) {
   }
 }
 
+// Document 000 L223 (and exercise 5, L503): "TPA saves about 90% of the memory". The saving against
+// MHA's 2 h d_h is 1 - (R_K + R_V)(h + d_h) / (2 h d_h), which depends on the ranks: at the paper's
+// decoding benchmark (section 6.2: d_model = 2048, d_h = 64, so h = 32, and R_K = R_V = 1) it is
+// 1 - 192/4096 = 95.3%; with R_K = R_V = 2 it is 1 - 384/4096 = 90.6%, the document's figure.
+TEST(Ch05Tpa, memory_saving_against_mha_depends_on_the_ranks) {
+  TpaConfig cfg = small_config();
+  cfg.hidden_size = 2048;
+  cfg.head_dim = 64;
+  cfg.num_heads = cfg.hidden_size / cfg.head_dim;
+  auto saving = [&](int r_k, int r_v) {
+    cfg.k_rank = r_k;
+    cfg.v_rank = r_v;
+    return 1.0 - static_cast<double>(tpa_cache_floats_per_token(cfg)) / (2.0 * cfg.num_heads * cfg.head_dim);
+  };
+  EXPECT_DOUBLE_EQ(saving(1, 1), 1.0 - 2.0 * (32 + 64) / (2.0 * 32 * 64));
+  EXPECT_GT(saving(1, 1), 0.95);
+  EXPECT_NEAR(saving(2, 2), 0.90, 0.01) << "000 L223: about 90%";
+  EXPECT_LT(saving(8, 8), 0.7) << "larger ranks save less: the saving is not a constant of TPA";
+}
+
 TEST(Ch05Tpa, zero_ranks_and_bad_configs_are_errors_naming_the_field) {
   auto with = [](auto change) {
     TpaConfig cfg = small_config();
