@@ -69,7 +69,7 @@ MlaProjections mla_project(const Tensor2& x, const MlaWeights& w, const MlaConfi
   p.q_nope = detail::split_columns(project(c_q, w.w_uq), heads);
   // q^R_t = RoPE_t(W^QR c^Q_t), one rotated query part per head
   p.q_rope = apply_rope(detail::split_columns(project(c_q, w.w_qr), heads), freqs, cfg.rope_layout, first_position);
-  // c^KV_t = RMSNorm(W^DKV h_t): the latent, the only per-head information the absorbed cache keeps
+  // c^KV_t = RMSNorm(W^DKV h_t): the latent every head's key and value are rebuilt from
   p.latents = rms_norm(project(x, w.w_dkv), w.kv_norm, cfg.rms_norm_eps);
   // k^R_t = RoPE_t(W^KR h_t): from the hidden state, one vector shared by all heads
   const Tensor3 k_rope = apply_rope(as_one_head(project(x, w.w_kr)), freqs, cfg.rope_layout, first_position);
