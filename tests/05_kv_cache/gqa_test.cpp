@@ -90,8 +90,9 @@ struct GroupedCase {
 };
 
 TEST(Ch05Gqa, grouped_attention_matches_the_double_oracle_on_repeated_kv_heads) {
-  const GroupedCase cases[] = {{{4, 2}, 7, 7, 8, "none"},   {{6, 3}, 5, 11, 4, "causal"}, {{8, 1}, 1, 9, 16, "causal"},
-                               {{3, 3}, 9, 9, 5, "alibi"},  {{4, 1}, 6, 13, 8, "bias"},   {{6, 2}, 17, 17, 3, "causal"}};
+  const GroupedCase cases[] = {{{4, 2}, 7, 7, 8, "none"},  {{6, 3}, 5, 11, 4, "causal"}, {{8, 1}, 1, 9, 16, "causal"},
+                               {{6, 2}, 9, 9, 5, "alibi"}, {{4, 1}, 6, 13, 8, "bias"},   {{6, 2}, 17, 17, 3, "causal"},
+                               {{3, 3}, 4, 6, 4, "causal"}};
   std::uint64_t seed = 70;
   for (const GroupedCase& c : cases) {
     ++seed;
