@@ -7,6 +7,7 @@
 
 #include "gqa_detail.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ref {
 
@@ -141,7 +142,7 @@ Tensor3 grouped_scaled_dot_product_attention(const Tensor3& q, const Tensor3& k,
 }
 
 Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const GqaWeights& w, const KvHeads& heads,
-                                const AttentionConfig& cfg) {
+                                const AttentionConfig& cfg, const std::optional<AttentionRope>& rope) {
   const char* fn = "grouped_query_attention";
   const GqaShape shape = validate_gqa_weights(fn, w, heads);
   require_nonempty(fn, "x_q", x_q);
@@ -152,12 +153,19 @@ Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const G
   require_finite(fn, "x_kv", x_kv);
   const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
   validate_attention_config(fn, h, x_q.shape()[0], x_kv.shape()[0], shape.head_dim, cfg);
+  if (rope) validate_attention_rope(fn, *rope, x_q.shape()[0], x_kv.shape()[0], shape.head_dim);
 
   std::uint64_t macs = 0;  // not reported here; see prefill and decode (kv_cache.hpp)
   // h query heads from X_q; only g key and g value heads from X_kv.
-  const Tensor3 q = detail::project_to_heads(x_q, 0, w.w_q, h, shape.head_dim, macs);
-  const Tensor3 k = detail::project_to_heads(x_kv, 0, w.w_k, g, shape.head_dim, macs);
+  Tensor3 q = detail::project_to_heads(x_q, 0, w.w_q, h, shape.head_dim, macs);
+  Tensor3 k = detail::project_to_heads(x_kv, 0, w.w_k, g, shape.head_dim, macs);
   const Tensor3 v = detail::project_to_heads(x_kv, 0, w.w_v, g, shape.head_dim, macs);
+  if (rope) {
+    // q'_i = R(p0 + n_k - n_q + i) q_i, k'_j = R(p0 + j) k_j (chapter 02's rope_attention).
+    const auto query_shift = static_cast<long long>(x_kv.shape()[0] - x_q.shape()[0]);
+    q = apply_rope(q, rope->freqs, rope->layout, rope->first_position + query_shift);
+    k = apply_rope(k, rope->freqs, rope->layout, rope->first_position);
+  }
   const double scale = detail::validate_grouped_attention(fn, q, k, v, k.shape()[1], cfg.scale, cfg.mask);
   return detail::project_from_heads(detail::grouped_attention(q, k, v, k.shape()[1], scale, cfg.mask), w.w_o, macs);
 }

@@ -7,6 +7,7 @@
 #include "gqa_detail.hpp"
 #include "tvlab/core/attention_mask.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ref {
 
@@ -72,16 +73,23 @@ GqaShape validate_step(const char* fn, const KvCache& cache, const Tensor2& x, c
 }
 
 DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const GqaWeights& w, const KvHeads& heads,
-                         const GqaShape& shape) {
+                         const GqaShape& shape, const std::optional<AttentionRope>& rope) {
   const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
   const std::size_t t = x.shape()[0], n0 = cache.length();
   require(t <= cache.capacity() - n0, fn, t, " new tokens after the ", n0, " cached ones exceed the cache's capacity (",
           cache.capacity(), ")");
+  if (rope) validate_attention_rope(fn, *rope, t, n0 + t, shape.head_dim);
   DecodeOutput result;
   // The new tokens' projections: t (h + 2g) d_k dot products of length d.
-  const Tensor3 q = detail::project_to_heads(x, 0, w.w_q, h, shape.head_dim, result.projection_macs);
-  const Tensor3 k = detail::project_to_heads(x, 0, w.w_k, g, shape.head_dim, result.projection_macs);
+  Tensor3 q = detail::project_to_heads(x, 0, w.w_q, h, shape.head_dim, result.projection_macs);
+  Tensor3 k = detail::project_to_heads(x, 0, w.w_k, g, shape.head_dim, result.projection_macs);
   const Tensor3 v = detail::project_to_heads(x, 0, w.w_v, g, shape.head_dim, result.projection_macs);
+  if (rope) {
+    // New token i sits at position p0 + n0 + i: its query and key are rotated there, and the key
+    // is cached rotated (chapter 02's apply_rope).
+    q = apply_rope(q, rope->freqs, rope->layout, rope->first_position + static_cast<long long>(n0));
+    k = apply_rope(k, rope->freqs, rope->layout, rope->first_position + static_cast<long long>(n0));
+  }
   // Query i sits at position n0 + i of the n0 + t keys: the causal mask aligned bottom-right.
   AttentionMask causal;
   causal.causal = true;
@@ -107,19 +115,22 @@ DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const
 
 }  // namespace
 
-DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& w, const KvHeads& heads) {
+DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& w, const KvHeads& heads,
+                     const std::optional<AttentionRope>& rope) {
   const GqaShape shape = validate_step("prefill", cache, x, w, heads);
-  return cached_step("prefill", cache, x, w, heads, shape);
+  return cached_step("prefill", cache, x, w, heads, shape, rope);
 }
 
-DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& w, const KvHeads& heads) {
+DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& w, const KvHeads& heads,
+                    const std::optional<AttentionRope>& rope) {
   const GqaShape shape = validate_step("decode", cache, x_token, w, heads);
   require(x_token.shape()[0] == 1, "decode", "x_token has ", x_token.shape()[0],
           " rows, expected 1 (one new token; use prefill for several)");
-  return cached_step("decode", cache, x_token, w, heads, shape);
+  return cached_step("decode", cache, x_token, w, heads, shape, rope);
 }
 
-DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const KvHeads& heads) {
+DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const KvHeads& heads,
+                                  const std::optional<AttentionRope>& rope) {
   const char* fn = "decode_without_cache";
   const GqaShape shape = validate_gqa_weights(fn, w, heads);
   require_nonempty(fn, "x", x);
@@ -127,11 +138,16 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const K
   require_finite(fn, "x", x);
   const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
   const std::size_t n = x.shape()[0];
+  if (rope) validate_attention_rope(fn, *rope, 1, n, shape.head_dim);
   DecodeOutput result;
   // Every token's key and value again (nothing was kept), the query of the last token only.
-  const Tensor3 k = detail::project_to_heads(x, 0, w.w_k, g, shape.head_dim, result.projection_macs);
+  Tensor3 k = detail::project_to_heads(x, 0, w.w_k, g, shape.head_dim, result.projection_macs);
   const Tensor3 v = detail::project_to_heads(x, 0, w.w_v, g, shape.head_dim, result.projection_macs);
-  const Tensor3 q = detail::project_to_heads(x, n - 1, w.w_q, h, shape.head_dim, result.projection_macs);
+  Tensor3 q = detail::project_to_heads(x, n - 1, w.w_q, h, shape.head_dim, result.projection_macs);
+  if (rope) {  // key p at p0 + p, the query at p0 + n - 1
+    k = apply_rope(k, rope->freqs, rope->layout, rope->first_position);
+    q = apply_rope(q, rope->freqs, rope->layout, rope->first_position + static_cast<long long>(n - 1));
+  }
   // The last token sees all n positions: no mask needed.
   const AttentionMask none;
   const double scale = detail::validate_grouped_attention(fn, q, k, v, n, std::nullopt, none);

@@ -5,8 +5,11 @@
 /// loops with double accumulation. The attention math is chapter 00's
 /// (`tvlab/ref/attention.hpp`); the one change is which key/value head a query head reads.
 
+#include <optional>
+
 #include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/kv_heads.hpp"
+#include "tvlab/core/rope_config.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::ref {
@@ -41,8 +44,10 @@ Tensor3 grouped_scaled_dot_product_attention(const Tensor3& q, const Tensor3& k,
 /// @param weights the projections (`GqaWeights`)
 /// @param heads \f$ h \f$ and \f$ g \f$
 /// @param cfg the scale and the mask, as for `grouped_scaled_dot_product_attention`
+/// @param rope rotary position embeddings of the queries and keys, or none
 /// @return `[seq_q, d_model]`
 Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const GqaWeights& weights,
-                                const KvHeads& heads, const AttentionConfig& cfg = {});
+                                const KvHeads& heads, const AttentionConfig& cfg = {},
+                                const std::optional<AttentionRope>& rope = std::nullopt);
 
 }  // namespace tvlab::ref

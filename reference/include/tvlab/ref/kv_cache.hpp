@@ -9,8 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "tvlab/core/kv_heads.hpp"
+#include "tvlab/core/rope_config.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::ref {
@@ -69,15 +71,19 @@ struct DecodeOutput {
 /// \f[ k^{(j)}_{n_0+i} = x_i W_k^{(j)},\quad v^{(j)}_{n_0+i} = x_i W_v^{(j)},\quad
 ///     y_i = \mathrm{Concat}_t\Big(\sum_{p \le n_0+i} \mathrm{softmax}_p\big(\text{scale}\; q^{(t)}_i \cdot k^{(\kappa(t))}_p\big)\, v^{(\kappa(t))}_p\Big) W_o. \f]
 /// On an empty cache this is the prompt's prefill, equal to `grouped_query_attention(x, x, ...)`
-/// with a causal mask; on a filled one it is a chunk of a longer prompt.
+/// with a causal mask; on a filled one it is a chunk of a longer prompt. With `rope`, the query and
+/// the key of position \f$ p \f$ are rotated at \f$ p_0 + p \f$ (`rope.first_position` = \f$ p_0 \f$)
+/// before the key is cached: the cache holds rotated keys, so no cached key is ever rotated again.
 /// @param cache the layer's cache; its heads and head_dim must be those of `weights`
 /// @param x `[t, d_model]`, t >= 1
 /// @param weights the layer's projections
 /// @param heads \f$ h \f$ and \f$ g \f$
+/// @param rope rotary position embeddings (chapter 02), or none
 /// @return the outputs `[t, d_model]`; \f$ t\, d\, d_k (2h + 2g) \f$ projection multiply-adds
 /// Throws `tvlab::Error` (naming the parameter, or the capacity when the t tokens do not fit)
 /// before changing the cache.
-DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& weights, const KvHeads& heads);
+DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& weights, const KvHeads& heads,
+                     const std::optional<AttentionRope>& rope = std::nullopt);
 
 /// @ingroup ch05
 /// One generation step: `prefill` of a single token. Projects its query, key and value, appends
@@ -88,7 +94,9 @@ DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& weights
 /// @param x_token `[1, d_model]`
 /// @param weights the layer's projections
 /// @param heads \f$ h \f$ and \f$ g \f$
-DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& weights, const KvHeads& heads);
+/// @param rope rotary position embeddings, as for `prefill`
+DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& weights, const KvHeads& heads,
+                    const std::optional<AttentionRope>& rope = std::nullopt);
 
 /// @ingroup ch05
 /// The same step without a cache: the output of the last of the \f$ n \f$ tokens of `x`, with the
@@ -98,8 +106,10 @@ DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& we
 /// @param x `[n, d_model]`, every token so far (the last one is the new token)
 /// @param weights the layer's projections
 /// @param heads \f$ h \f$ and \f$ g \f$
+/// @param rope rotary position embeddings (token \f$ p \f$ at position \f$ p_0 + p \f$), or none
 /// @return the last token's output `[1, d_model]`
-DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& weights, const KvHeads& heads);
+DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& weights, const KvHeads& heads,
+                                  const std::optional<AttentionRope>& rope = std::nullopt);
 
 }  // namespace tvlab::ref
 
