@@ -17,10 +17,12 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/kv_cache.hpp"
+#include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
 
 GqaWeights random_layer(Rng& rng, std::size_t d_model, KvHeads heads, std::size_t head_dim) {
@@ -102,6 +104,89 @@ TEST(Ch05KvCache, decoding_without_a_cache_recomputes_the_same_outputs) {
           << label(heads) << ", position " << i;
     }
   }
+}
+
+// -------------------------------------------------------------------------- with rotary positions
+
+// Chapter 02's RoPE for head_dim d_k (Llama's half-split pairs), key 0 at position p0.
+AttentionRope rope_for(std::size_t d_k, long long p0) {
+  RopeConfig cfg;
+  cfg.head_dim = static_cast<int>(d_k);
+  cfg.rope_theta = 100.0;  // a small base: even the slow pairs turn visibly over 16 positions
+  return {ref::rope_frequencies(cfg), RopeLayout::half_split, p0};
+}
+
+TEST(Ch05KvCache, with_rope_the_cache_keeps_rotated_keys_and_decoding_still_equals_one_causal_pass) {
+  for (const KvHeads heads : kLayouts) {
+    Rng rng(500 + static_cast<std::uint64_t>(heads.num_heads * 10 + heads.num_kv_heads));
+    const std::size_t d_model = 12, d_k = 6, prompt = 4, n = 11;
+    const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+    const Tensor2 x = rng.normal_matrix(n, d_model);
+    const AttentionRope rope = rope_for(d_k, 5);
+    AttentionConfig causal;
+    causal.mask.causal = true;
+    const Tensor2 full = ref::grouped_query_attention(x, x, w, heads, causal, rope);
+    ref::KvCache cache(heads, d_k, n);
+    // Position p is rotated by the angle (p0 + p) theta_i in either path, from the same numbers:
+    // equal to the last bit.
+    EXPECT_EQ(ref::prefill(cache, rows(x, 0, prompt), w, heads, rope).output, rows(full, 0, prompt)) << label(heads);
+    for (std::size_t i = prompt; i < n; ++i) {
+      EXPECT_EQ(ref::decode(cache, rows(x, i, i + 1), w, heads, rope).output, rows(full, i, i + 1))
+          << label(heads) << ", position " << i;
+      EXPECT_EQ(ref::decode_without_cache(rows(x, 0, i + 1), w, heads, rope).output, rows(full, i, i + 1))
+          << label(heads) << ", position " << i << ", without the cache";
+    }
+    // The layer itself with fewer queries than keys: the queries are the last ones, at p0 + n_k - n_q + i.
+    EXPECT_EQ(ref::grouped_query_attention(rows(x, prompt, n), x, w, heads, causal, rope), rows(full, prompt, n))
+        << label(heads) << ", the last " << n - prompt << " queries over all " << n << " keys";
+    // RoPE is not a no-op here: without it the outputs differ.
+    const Tensor2 plain = ref::grouped_query_attention(x, x, w, heads, causal);
+    EXPECT_GT(xt::amax(xt::abs(plain - full))(), 1e-2) << label(heads);
+  }
+}
+
+TEST(Ch05KvCache, with_rope_only_relative_positions_matter_so_a_shifted_start_gives_the_same_outputs) {
+  // R(m)^T R(n) = R(n - m) (chapter 02): shifting every position by s leaves every score, hence
+  // every output, unchanged up to the rounding of the angles. The angles (p0 + p) theta reach
+  // ~1000 rad, where a float cos/sin rounding of the rotated coordinates is ~1e-7 relative, and the
+  // output is four chained reductions of O(1) values: 4 reduction_rtol(d_model) covers both.
+  const KvHeads heads{4, 2};
+  Rng rng(600);
+  const std::size_t d_model = 12, d_k = 6, n = 9;
+  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const Tensor2 x = rng.normal_matrix(n, d_model);
+  ref::KvCache at_zero(heads, d_k, n), shifted(heads, d_k, n);
+  ref::prefill(at_zero, rows(x, 0, 3), w, heads, rope_for(d_k, 0));
+  ref::prefill(shifted, rows(x, 0, 3), w, heads, rope_for(d_k, 1000));
+  const double tol = 4 * reduction_rtol(d_model);
+  for (std::size_t i = 3; i < n; ++i) {
+    const Tensor2 a = ref::decode(at_zero, rows(x, i, i + 1), w, heads, rope_for(d_k, 0)).output;
+    const Tensor2 b = ref::decode(shifted, rows(x, i, i + 1), w, heads, rope_for(d_k, 1000)).output;
+    EXPECT_LE(xt::amax(xt::abs(a - b))(), tol * (1 + xt::amax(xt::abs(a))())) << "position " << i;
+  }
+  // The cached keys themselves differ: they are stored rotated at their absolute positions.
+  EXPECT_GT(xt::amax(xt::abs(xt::view(at_zero.keys(), xt::all(), xt::range(0, n), xt::all()) -
+                             xt::view(shifted.keys(), xt::all(), xt::range(0, n), xt::all())))(),
+            1e-2);
+}
+
+TEST(Ch05KvCache, a_bad_rope_is_rejected_naming_it_and_leaves_the_cache_as_it_was) {
+  Rng rng(13);
+  const KvHeads heads{4, 2};
+  const std::size_t d_model = 6, d_k = 4;
+  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const Tensor2 x = rng.normal_matrix(3, d_model);
+  ref::KvCache cache(heads, d_k, 8);
+  ref::prefill(cache, x, w, heads, rope_for(d_k, 0));
+  const Snapshot before(cache);
+  EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 1), w, heads, rope_for(d_k, -1)); },
+                                  {"decode", "rope.first_position"}));
+  EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 1), w, heads, rope_for(6, 0)); }, {"decode", "inv_freq"}));
+  EXPECT_TRUE(Snapshot(cache) == before) << "a rejected call changed the cache";
+  EXPECT_TRUE(throws_error_naming([&] { ref::decode_without_cache(x, w, heads, rope_for(d_k, -2)); },
+                                  {"decode_without_cache", "rope.first_position"}));
+  EXPECT_TRUE(throws_error_naming([&] { ref::grouped_query_attention(x, x, w, heads, {}, rope_for(d_k, -3)); },
+                                  {"grouped_query_attention", "rope.first_position"}));
 }
 
 // ------------------------------------------------------------------------------ what the cache saves
