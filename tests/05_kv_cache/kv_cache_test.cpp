@@ -308,10 +308,10 @@ TEST(Ch05KvCache, rejects_bad_input_naming_the_parameter_and_leaves_the_cache_as
   const auto unchanged = [&] { return Snapshot(cache) == before; };
 
   EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 2), w, heads); }, {"decode", "x_token", "rows, expected 1"}));
-  EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rng.normal_matrix(1, 5), w, heads); }, {"decode", "x", "d_model"}));
+  EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rng.normal_matrix(1, 5), w, heads); }, {"decode", "x_token", "d_model"}));
   Tensor2 nan_token = rows(x, 0, 1);
   nan_token(0, 2) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, nan_token, w, heads); }, {"x", "non-finite"}));
+  EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, nan_token, w, heads); }, {"decode", "x_token", "non-finite"}));
   EXPECT_TRUE(throws_error_naming([&] { ref::prefill(cache, Tensor2::from_shape({0, d_model}), w, heads); }, {"x", "empty"}));
   // Weights of another layout, or a cache made for another one.
   const GqaWeights mqa = random_layer(rng, d_model, {4, 1}, d_k);
