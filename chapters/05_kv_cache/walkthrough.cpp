@@ -8,6 +8,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -99,14 +100,22 @@ std::string bytes_text(double bytes) {
     s << fixed(bytes, bytes == std::floor(bytes) ? 0 : 1) << " B";
     return s.str();
   }
-  const char* decimal[] = {"kB", "MB", "GB", "TB", "PB"};
-  const char* binary[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes >= 1e21) return sci(bytes, 3) + " B";  // beyond exabytes: no unit helps
+  const char* decimal[] = {"kB", "MB", "GB", "TB", "PB", "EB"};
+  const char* binary[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int i = 0;
   double d = bytes / 1e3, b = bytes / kKiB;
-  while (d >= 1e3 && i < 4) d /= 1e3, b /= kKiB, ++i;
+  while (d >= 1e3 && i < 5) d /= 1e3, b /= kKiB, ++i;
   s << fixed(d, d < 10 ? 2 : d < 100 ? 1 : 0) << ' ' << decimal[i] << " (" << fixed(b, b < 10 ? 2 : b < 100 ? 1 : 0)
     << ' ' << binary[i] << ")";
   return s.str();
+}
+
+// A count of GPUs or sequences: the calculators return long long, so a count beyond it (a huge
+// --seq, a tiny --gpu-memory) is printed in scientific notation instead.
+constexpr double kLargestCount = 9e18;
+std::string large_count_text(double count, const std::function<long long()>& exact) {
+  return count >= kLargestCount ? sci(count, 3) : std::to_string(exact());
 }
 
 std::string count_text(double n) {  // 32768 -> "32,768"
@@ -377,8 +386,11 @@ void step_through(const Layer& l, std::uint64_t seed) {
   for (std::size_t t = 0; t < r; ++t)
     for (std::size_t e = 0; e < d; ++e) diff = std::max(diff, std::abs(ref_step.out(t, e) - out(t, e)));
   std::cout << "\nThe registry's ref decode over the same cache gives these rows too (max |difference| "
-            << sci(diff, 2) << "). The other " << l.kv_heads - 1
-            << " group(s) do the same with their own kv head; the layer's output is Concat_t(o_t) W_o.\n\n";
+            << sci(diff, 2) << ")."
+            << (l.kv_heads > 1 ? " The other " + std::to_string(l.kv_heads - 1) +
+                                     " group(s) do the same with their own kv head."
+                               : std::string(" With one kv head (MQA) this group is every head."))
+            << " The layer's output is Concat_t(o_t) W_o.\n\n";
 }
 
 // ---------------------------------------------------------------------------- the calculator
@@ -442,7 +454,7 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
               << "\", \"bytes_per_token_per_layer\": " << s.bytes_per_token_per_layer
               << ", \"bytes_per_token\": " << s.bytes_per_token << ", \"bytes_per_sequence\": " << s.bytes_per_sequence
               << ", \"bytes_total\": " << s.bytes_total
-              << ", \"gpus_needed\": " << analysis::gpus_needed(s.bytes_total, 0, gpu_bytes) << "}\n";
+              << ", \"gpus_needed\": " << std::ceil(s.bytes_total / gpu_bytes) << "}\n";
     return 0;
   }
   const std::string heads_text =
@@ -462,11 +474,17 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
             << "\n  one sequence                 " << bytes_text(s.bytes_per_sequence) << "  (x " << o.seq
             << " tokens)\n  all " << o.batch << " sequence(s)" << std::string(o.batch < 10 ? 12 : 11, ' ')
             << bytes_text(s.bytes_total) << "\n";
-  std::cout << "  GPUs of " << fixed(o.gpu_memory, 0) << " GB the cache alone needs: "
-            << analysis::gpus_needed(s.bytes_total, 0, gpu_bytes) << " (weights, activations not counted)\n";
+  const std::string gpu_text = o.gpu_memory >= 1 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0)
+                                                                                           : sci(o.gpu_memory, 3);
+  std::cout << "  GPUs of " << gpu_text << " GB the cache alone needs: "
+            << large_count_text(std::ceil(s.bytes_total / gpu_bytes),
+                                [&] { return analysis::gpus_needed(s.bytes_total, 0, gpu_bytes); })
+            << " (weights, activations not counted)\n";
   if (o.gpus > 0)
     std::cout << "  sequences of " << o.seq << " tokens whose caches fit on " << o.gpus << " GPU(s): "
-              << analysis::sequences_that_fit(s.bytes_per_sequence, 0, o.gpus, gpu_bytes) << " (cache only)\n";
+              << large_count_text(std::floor(static_cast<double>(o.gpus) * gpu_bytes / s.bytes_per_sequence),
+                                  [&] { return analysis::sequences_that_fit(s.bytes_per_sequence, 0, o.gpus, gpu_bytes); })
+              << " (cache only)\n";
   // The same model with the other attentions: only the kv heads (or the latent) change.
   std::cout << "\nThe same model with other attention (" << o.seq << " tokens, batch " << o.batch << ", "
             << analysis::kv_dtype_name(dtype) << "):\n";
@@ -758,12 +776,17 @@ int run(const Options& o, const GlobalOptions& g) {
   // What the run will take, before anything is allocated: the caches and weights of the variants
   // (at most h heads of d_k, MLA's naive cache n_h (d_h + d_h^R + d_v)), and the loop references'
   // attention work: each of n tokens against up to n cached ones, for about 8 passes.
-  const std::uint64_t n = l.tokens(), width = std::max<std::uint64_t>(l.heads * std::max<std::size_t>(l.head_dim, 20), 1);
+  // Each part names the option that makes it large: the longer of prompt and new tokens, the
+  // wider of the model and the heads.
+  const std::uint64_t n = l.tokens(), width = l.heads * std::max<std::size_t>(l.head_dim, 20);
+  const std::string tokens_option = l.new_tokens > l.prompt ? "--new-tokens" : "--prompt";
+  const std::string width_option = l.heads >= l.head_dim ? "--heads" : "--head-dim";
+  const std::string weights_option = l.d_model >= width ? "--d-model" : width_option;
   RunCost cost;
-  cost.memory("the variants' caches and outputs", {16, n, width}, sizeof(float), "--prompt")
-      .memory("the variants' weights", {16, l.d_model, width}, sizeof(float), "--d-model")
-      .work("the variants' attention over the cache", {8, n, n, width}, "--prompt")
-      .work("the variants' projections", {8, n, l.d_model, width}, "--d-model");
+  cost.memory("the variants' caches and outputs", {16, n, width}, sizeof(float), n >= width ? tokens_option : width_option)
+      .memory("the variants' weights", {16, l.d_model, width}, sizeof(float), weights_option)
+      .work("the variants' attention over the cache", {8, n, n, width}, tokens_option)
+      .work("the variants' projections", {8, n, l.d_model, width}, l.d_model >= n ? "--d-model" : tokens_option);
   cost.require_affordable(g);
 
   if (g.format != "json") {  // JSON is the registry's report alone
