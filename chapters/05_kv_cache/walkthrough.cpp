@@ -744,7 +744,12 @@ int run(const Options& o, const GlobalOptions& g) {
   const bool calculator = !o.model.empty() || !o.config.empty();
   for (const char* option : {"--seq", "--batch", "--dtype", "--gpus", "--gpu-memory"})
     require(calculator || !o.given(option), kCommand, option, " belongs to the calculator: give --model or --config too");
-  if (calculator) return run_calculator(o, g);
+  if (calculator) {
+    for (const char* option : {"--d-model", "--heads", "--kv-heads", "--head-dim", "--prompt", "--new-tokens", "--step",
+                               "--backend", "--dump", "--load"})
+      require(!o.given(option), kCommand, option, " belongs to the demonstration, not to the calculator (--model, --config)");
+    return run_calculator(o, g);
+  }
 
   // --load: the registry's inputs from q.npy [h, d], k_cache.npy and v_cache.npy [g, capacity, d]
   // (the headers first: the run is costed before the values are read).

@@ -67,6 +67,9 @@ check "kv: --gpu-memory 0" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --
 check "kv: --gpu-memory nan" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory nan
 check "kv: --seq without a model" 2 "--seq" -- "$tvlab" kv --seq 100
 check "kv: --dtype without a model" 2 "--dtype" -- "$tvlab" kv --dtype fp16
+check "kv: --step with the calculator" 2 "--step" -- "$tvlab" kv --model llama-3-8b --step
+check "kv: --heads with the calculator" 2 "--heads" -- "$tvlab" kv --model llama-3-8b --heads 8
+check "kv: --load with the calculator" 2 "--load" -- "$tvlab" kv --config "$tmp/config.json" --load "$tmp"
 check "kv: --d-model 0" 2 "--d-model" -- "$tvlab" kv --d-model 0
 check "kv: --heads 0" 2 "--heads" -- "$tvlab" kv --heads 0
 check "kv: --kv-heads 0" 2 "--kv-heads" -- "$tvlab" kv --kv-heads 0
