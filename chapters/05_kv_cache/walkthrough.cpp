@@ -217,7 +217,7 @@ VariantRun run_tpa_variant(const Tensor2& x, std::size_t prompt, std::size_t hea
           tpa_cache_floats_per_token(cfg), cache.floats(), max_abs_difference(decoded, full)};
 }
 
-// The demonstration's sizes.
+// The demonstration's sizes (the options).
 struct Layer {
   std::size_t d_model, heads, kv_heads, head_dim, prompt, new_tokens;
   std::size_t tokens() const { return prompt + new_tokens; }
@@ -274,10 +274,8 @@ struct DecodeInputs {
   std::size_t length = 0;   // cached positions: capacity - 1
 };
 
-std::size_t p_of_last(const Layer& l) { return l.tokens() - 1; }
-
 // q_t = x_p W_q^(t): the query of token p for head t, columns [t d_k, (t+1) d_k) of W_q, in double.
-Tensor2 last_token_queries(const Tensor2& x, std::size_t p, const GqaWeights& w, const Layer& l) {
+Tensor2 token_queries(const Tensor2& x, std::size_t p, const GqaWeights& w, const Layer& l) {
   Tensor2 q = xt::zeros<float>({l.heads, l.head_dim});
   for (std::size_t t = 0; t < l.heads; ++t)
     for (std::size_t e = 0; e < l.head_dim; ++e) {
@@ -304,7 +302,7 @@ DecodeInputs make_decode_inputs(const Layer& l, std::uint64_t seed) {
   xt::view(in.k_cache, xt::all(), xt::range(0, in.length), xt::all()) = cache.keys();
   xt::view(in.v_cache, xt::all(), xt::range(0, in.length), xt::all()) = cache.values();
   // q_t = x_last W_q^(t): the last token's query of head t, columns [t d, (t+1) d).
-  in.q = last_token_queries(x, p_of_last(l), w, l);
+  in.q = token_queries(x, l.tokens() - 1, w, l);  // the last token's
   return in;
 }
 
@@ -379,7 +377,7 @@ void step_through(const Layer& l, std::uint64_t seed) {
   print_step(std::cout, 7, "the output of each query head: o_t = sum_j p_tj v_j");
   print_matrix(std::cout, "o", out);
   // The same step through the registry's reference, over the whole cache (every group).
-  const Tensor2 q_all = last_token_queries(x, p, w, l);
+  const Tensor2 q_all = token_queries(x, p, w, l);
   const kv::DecodeAttention ref_step =
       reference_backend(kv::backends()).decode(q_all, cache.keys(), cache.values(), n, std::nullopt);
   double diff = 0.0;
@@ -549,10 +547,12 @@ std::vector<DocumentCheck> document_checks() {
                bytes_text(published.bytes_per_sequence) + ": the 10 GB is an MHA model of that shape", false});
   c.push_back(check_number("000 L145", "Llama 2 70B's FP16 weights", "about 140 GB", 140, 10,
                            llama_2_70b_weight_bytes() / 1e9, fixed(llama_2_70b_weight_bytes() / 1e9, 2) + " GB"));
+  const long long mha_fit = sequences_that_fit(mha.bytes_per_sequence, llama_2_70b_weight_bytes(), 2);
+  const long long published_fit = sequences_that_fit(published.bytes_per_sequence, llama_2_70b_weight_bytes(), 2);
   c.push_back(check_number("000 L147", "4K MHA caches beside the weights on 2 x 80 GB", "about two", 2, 1,
-                           static_cast<double>(sequences_that_fit(mha.bytes_per_sequence, llama_2_70b_weight_bytes(), 2)),
-                           std::to_string(sequences_that_fit(mha.bytes_per_sequence, llama_2_70b_weight_bytes(), 2)) +
-                               " (16 with the published 8 kv heads)"));
+                           static_cast<double>(mha_fit),
+                           std::to_string(mha_fit) + " (" + std::to_string(published_fit) +
+                               " with the published 8 kv heads)"));
   const KvCacheSize mqa = grouped_70b(1);
   c.push_back(check_number("000 L169", "MQA (g = 1): the 10 GB cache becomes", "about 160 MB, 1/64", 160, 10,
                            mqa.bytes_per_sequence / kMiB,
@@ -570,7 +570,8 @@ std::vector<DocumentCheck> document_checks() {
   c.push_back(check_number("000 L197", "DeepSeek-V2 as MHA: 2 h d_h values a token and layer", "32,768 values, about 64 KB",
                            32768, 1, v2_mha, count_text(v2_mha) + " values, " + bytes_text(2 * v2_mha)));
   c.push_back({"000 L197", "DeepSeek-V2's MLA cache a token and layer, and the saving", "512 values, 64x",
-               count_text(v2_mla) + " values (d_c + d_h^R = 512 + 64), " + fixed(v2_mha / v2_mla, 1) +
+               count_text(v2_mla) + " values (d_c + d_h^R = " + std::to_string(v2.kv_lora_rank) + " + " +
+                   std::to_string(v2.qk_rope_head_dim) + "), " + fixed(v2_mha / v2_mla, 1) +
                    "x: the shared RoPE key is cached too",
                false});
   const ModelConfig& v3 = named_model_config("deepseek-v3");
@@ -578,13 +579,16 @@ std::vector<DocumentCheck> document_checks() {
                           model_kv_elements_per_token(v3);
   c.push_back(check_number("000 L207", "DeepSeek-V3's cache against an equal MHA", "about 1/57", 57, 1, v3_ratio,
                            "1/" + fixed(v3_ratio, 1)));
+  const double factors = 2 * 1000.0 * 10;  // two 1000 x 10 matrices
   c.push_back(check_number("000 L217", "a 1000 x 1000 matrix as two 1000 x 10 factors", "20,000 values, 50x", 50, 1,
-                           1e6 / (2 * 1000.0 * 10), "20,000 values, 50x"));
-  const double tpa_saving = 1 - tpa_kv_elements_per_token(2, 2, 32, 128) / gqa_kv_elements_per_token(32, 32, 128);
+                           1e6 / factors, count_text(factors) + " values, " + fixed(1e6 / factors, 0) + "x"));
+  // TPA against MHA on a 32-head layer of d_h = 128 (the document gives no shape; T6's default ranks are 2).
+  const double mha_32 = gqa_kv_elements_per_token(32, 32, 128);
+  const double tpa_saving = 1 - tpa_kv_elements_per_token(2, 2, 32, 128) / mha_32;
   c.push_back(check_number("000 L223", "TPA's saving, R_K = R_V = 2, h = 32, d_h = 128", "about 90%", 90, 10,
                            100 * tpa_saving,
                            fixed(100 * tpa_saving, 1) + "% (rank 4: " +
-                               fixed(100 * (1 - tpa_kv_elements_per_token(4, 4, 32, 128) / 8192), 1) + "%)"));
+                               fixed(100 * (1 - tpa_kv_elements_per_token(4, 4, 32, 128) / mha_32), 1) + "%)"));
   const KvCacheSize million = kv_cache_size(gqa_kv_elements_per_token(32, 32, 128), 32, 1000000, 1, KvDType::bf16);
   c.push_back(check_number("004 L42", "32 layers, 32 heads of 128, BF16, a million tokens", "order of 512 GB", 512, 50,
                            million.bytes_total / 1e9, bytes_text(million.bytes_total)));
@@ -606,8 +610,10 @@ std::vector<DocumentCheck> document_checks() {
                "(d_c + d_h^R) / (2 h d_h) = 1/" + fixed(v2_mha / v2_mla, 1), false});
   const TensorParallelKv tp_mha = tensor_parallel_kv(64, 64, 128, 8), tp_gqa = tensor_parallel_kv(64, 8, 128, 8);
   const double tp_saving = 100 * (1 - tp_gqa.elements_per_token_per_gpu / tp_mha.elements_per_token_per_gpu);
+  const double tp_saving_32 = 100 * (1 - tensor_parallel_kv(32, 8, 128, 8).elements_per_token_per_gpu /
+                                               tensor_parallel_kv(32, 32, 128, 8).elements_per_token_per_gpu);
   c.push_back(check_number("004 L63", "KV per GPU, 8-way tensor parallel, GQA g = 8 vs MHA (h = 64)", "about 87% less", 87,
-                           1, tp_saving, fixed(tp_saving, 1) + "% (75% for h = 32)"));
+                           1, tp_saving, fixed(tp_saving, 1) + "% (" + fixed(tp_saving_32, 0) + "% for h = 32)"));
   const ModelConfig& llama3 = named_model_config("llama-3-8b");
   ModelConfig llama3_mha = llama3;
   llama3_mha.num_key_value_heads = llama3_mha.num_attention_heads;
@@ -615,13 +621,15 @@ std::vector<DocumentCheck> document_checks() {
   const double gqa_int8 = kv_cache_size(llama3, 4096, 1, KvDType::int8).bytes_total;
   c.push_back(check_number("004 L63", "Llama 3 8B as MHA, FP16, 4K tokens", "2 GB", 2, 1, mha_fp16 / kGiB, bytes_text(mha_fp16)));
   c.push_back({"004 L63", "Llama 3 8B, GQA + INT8, 4K tokens", "128 MB, 16x",
-               bytes_text(gqa_int8) + ", " + fixed(mha_fp16 / gqa_int8, 0) + "x (4x from the heads, 2x from the bytes)",
+               bytes_text(gqa_int8) + ", " + fixed(mha_fp16 / gqa_int8, 0) + "x (" + std::to_string(llama3.group_size()) +
+                   "x from the heads, " + fixed(kv_bytes_per_element(KvDType::fp16) / kv_bytes_per_element(KvDType::int8), 0) +
+                   "x from the bytes)",
                false});
   const KvCacheSize v3_int4 = kv_cache_size(v3, 1, 1, KvDType::int4);
   c.push_back({"004 L63", "DeepSeek-V3's latent d_c = 512 in INT4, a token", "about 512 bytes",
                fixed(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * 0.5, 0) + " B a layer (" +
                    fixed(v3_int4.bytes_per_token_per_layer, 0) + " B with k^R), " + count_text(v3_int4.bytes_per_token) +
-                   " B through 61 layers",
+                   " B through " + std::to_string(v3.num_hidden_layers) + " layers",
                false});
   c.push_back({"004 L63", "MLA's activation saving for DeepSeek-V2, 1 - d_c / (h d_k)", "about 60%",
                fixed(100 * mla_kv_activation_saving(v2.kv_lora_rank, v2.num_attention_heads, v2.head_dim), 1) +
@@ -689,6 +697,7 @@ std::string compressed_caches_markdown() {
 
 // ------------------------------------------------------------------------------- agreements
 
+// The layer of results.md and the tour: the command's default sizes, seed 7.
 const Layer kDocumentedLayer{16, 4, 2, 4, 5, 3};
 
 // The registry's backends against the reference on the demonstration's inputs, and the chapter's
