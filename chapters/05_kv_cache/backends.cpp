@@ -67,9 +67,10 @@ DecodeAttention reference_decode_attention(const Tensor2& q, const Tensor3& k_ca
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
       {.name = "ref", .kind = BackendKind::reference, .decode = reference_decode_attention},
-      // Next, from tvlab/opt/gqa_decode.hpp and tvlab/cuda/gqa_decode.hpp (same arguments):
+      // Next, from tvlab/opt/gqa_decode.hpp and tvlab/cuda/gqa_decode.hpp (the same arguments):
       //   {.name = "opt", .kind = BackendKind::optimized, .decode = opt::gqa_decode_attention},
-      //   {.name = "cuda", .kind = BackendKind::cuda, .caps = {.needs_device = true}, .decode = cuda::gqa_decode_attention},
+      //   {.name = "cuda", .kind = BackendKind::cuda, .caps = {.needs_device = true},
+      //    .decode = cuda::gqa_decode_attention},
       // and ref::gqa_decode_attention (tvlab/ref/gqa_decode.hpp) in place of reference_decode_attention.
   };
   return all;

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iomanip>
 #include <iostream>
-#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -106,8 +106,9 @@ std::string bytes_text(double bytes) {
   int i = 0;
   double d = bytes / 1e3, b = bytes / kKiB;
   while (d >= 1e3 && i < 5) d /= 1e3, b /= kKiB, ++i;
-  s << fixed(d, d < 10 ? 2 : d < 100 ? 1 : 0) << ' ' << decimal[i] << " (" << fixed(b, b < 10 ? 2 : b < 100 ? 1 : 0)
-    << ' ' << binary[i] << ")";
+  // Three significant digits: 1.34, 10.7, 168.
+  auto three_digits = [](double v) { return fixed(v, v < 10 ? 2 : (v < 100 ? 1 : 0)); };
+  s << three_digits(d) << ' ' << decimal[i] << " (" << three_digits(b) << ' ' << binary[i] << ")";
   return s.str();
 }
 
@@ -211,8 +212,9 @@ VariantRun run_tpa_variant(const Tensor2& x, std::size_t prompt, std::size_t hea
   const TpaWeights w = random_tpa_layer(rng, cfg);
   TpaCache full_cache(cfg), cache(cfg);
   const Tensor2 full = ref::tensor_product_attention(x, w, cfg, full_cache);
-  const Tensor2 decoded = prefill_then_decode(
-      x, prompt, cache, [&](const Tensor2& rows, TpaCache& c) { return ref::tensor_product_attention(rows, w, cfg, c); });
+  const Tensor2 decoded = prefill_then_decode(x, prompt, cache, [&](const Tensor2& rows, TpaCache& c) {
+    return ref::tensor_product_attention(rows, w, cfg, c);
+  });
   return {"TPA, R_K = R_V = 2", "the factors a (h) and b (d_h) of each rank: (R_K + R_V)(h + d_h)",
           tpa_cache_floats_per_token(cfg), cache.floats(), max_abs_difference(decoded, full)};
 }
@@ -245,13 +247,14 @@ void print_variants(const Layer& l, const std::vector<VariantRun>& runs) {
             << l.tokens() - 1 << " of one causal pass over all " << l.tokens() << " tokens.\n\n";
   std::cout << std::left << std::setw(22) << "variant" << std::right << std::setw(14) << "values/token" << std::setw(14)
             << "bytes/token" << std::setw(22) << "values after " + std::to_string(l.tokens()) << std::setw(26)
-            << "max |decode - causal|" << "  cached per token\n";
+            << "max |decode - causal|"
+            << "  cached per token\n";
   for (const auto& r : runs)
     std::cout << std::left << std::setw(22) << r.name << std::right << std::setw(14) << r.floats_per_token
               << std::setw(14) << 4 * r.floats_per_token << std::setw(22) << r.floats_after << std::setw(26)
               << sci(r.max_difference, 2) << "  " << r.cached << '\n';
-  const bool all_equal = std::all_of(runs.begin(), runs.end(),
-                                     [](const VariantRun& r) { return r.max_difference <= kIdentityTolerance; });
+  const bool all_equal =
+      std::all_of(runs.begin(), runs.end(), [](const VariantRun& r) { return r.max_difference <= kIdentityTolerance; });
   std::cout << (all_equal ? "\nEvery variant decodes exactly what one causal pass computes (within float rounding, "
                             "<= 1e-5): the cache changes the cost, not the result.\n"
                           : "\nA variant's decoded outputs differ from its causal pass by more than 1e-5.\n");
@@ -269,9 +272,9 @@ void print_variants(const Layer& l, const std::vector<VariantRun>& runs) {
 // The inputs of the registry's decode function: the GQA layer's cache after the run, one free
 // slot after it (zero here; a correct decode never reads it), and the last token's queries.
 struct DecodeInputs {
-  Tensor2 q;                // [h, d]
+  Tensor2 q;                 // [h, d]
   Tensor3 k_cache, v_cache;  // [g, capacity, d]
-  std::size_t length = 0;   // cached positions: capacity - 1
+  std::size_t length = 0;    // cached positions: capacity - 1
 };
 
 // q_t = x_p W_q^(t): the query of token p for head t, columns [t d_k, (t+1) d_k) of W_q, in double.
@@ -348,8 +351,8 @@ void step_through(const Layer& l, std::uint64_t seed) {
   print_step(std::cout, 3, "its key and value for kv head 0: k = x W_k^(0), v = x W_v^(0)");
   print_matrix(std::cout, "k", DTensor2(xt::view(keys, xt::range(n - 1, n), xt::all())));
   print_matrix(std::cout, "v", DTensor2(xt::view(values, xt::range(n - 1, n), xt::all())));
-  print_step(std::cout, 4, "the append: kv head 0's cache grows from " + std::to_string(p) + " to " +
-                               std::to_string(n) + " rows");
+  print_step(std::cout, 4,
+             "the append: kv head 0's cache grows from " + std::to_string(p) + " to " + std::to_string(n) + " rows");
   std::cout << "(the earlier rows are read from the cache, not recomputed: the last row is the new token's)\n";
   print_matrix(std::cout, "K cache", keys);
   print_matrix(std::cout, "V cache", values);
@@ -383,11 +386,11 @@ void step_through(const Layer& l, std::uint64_t seed) {
   double diff = 0.0;
   for (std::size_t t = 0; t < r; ++t)
     for (std::size_t e = 0; e < d; ++e) diff = std::max(diff, std::abs(ref_step.out(t, e) - out(t, e)));
-  std::cout << "\nThe registry's ref decode over the same cache gives these rows too (max |difference| "
-            << sci(diff, 2) << ")."
-            << (l.kv_heads > 1 ? " The other " + std::to_string(l.kv_heads - 1) +
-                                     " group(s) do the same with their own kv head."
-                               : std::string(" With one kv head (MQA) this group is every head."))
+  std::cout << "\nThe registry's ref decode over the same cache gives these rows too (max |difference| " << sci(diff, 2)
+            << ")."
+            << (l.kv_heads > 1
+                    ? " The other " + std::to_string(l.kv_heads - 1) + " group(s) do the same with their own kv head."
+                    : std::string(" With one kv head (MQA) this group is every head."))
             << " The layer's output is Concat_t(o_t) W_o.\n\n";
 }
 
@@ -442,17 +445,16 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
     dtype = analysis::kv_dtype_from_torch_dtype(m.torch_dtype);
   const analysis::KvCacheSize s = analysis::kv_cache_size(m, o.seq, o.batch, dtype);
   const double gpu_bytes = o.gpu_memory * 1e9;
-  const std::string values = m.is_mla() ? "d_c + d_h^R = " + std::to_string(m.kv_lora_rank) + " + " +
-                                              std::to_string(m.qk_rope_head_dim)
-                                        : "2 g d_h = 2 x " + std::to_string(m.num_key_value_heads) + " x " +
-                                              std::to_string(m.head_dim);
+  const std::string values =
+      m.is_mla() ? "d_c + d_h^R = " + std::to_string(m.kv_lora_rank) + " + " + std::to_string(m.qk_rope_head_dim)
+                 : "2 g d_h = 2 x " + std::to_string(m.num_key_value_heads) + " x " + std::to_string(m.head_dim);
   if (g.format == "json") {
-    std::cout << std::setprecision(17) << "{\"chapter\": \"" << TVLAB_CHAPTER_NAME << "\", \"model\": \"" << m.name << "\", \"seq\": " << o.seq
-              << ", \"batch\": " << o.batch << ", \"dtype\": \"" << analysis::kv_dtype_name(dtype)
-              << "\", \"bytes_per_token_per_layer\": " << s.bytes_per_token_per_layer
+    std::cout << std::setprecision(17) << "{\"chapter\": \"" << TVLAB_CHAPTER_NAME << "\", \"model\": \"" << m.name
+              << "\", \"seq\": " << o.seq << ", \"batch\": " << o.batch << ", \"dtype\": \""
+              << analysis::kv_dtype_name(dtype) << "\", \"bytes_per_token_per_layer\": " << s.bytes_per_token_per_layer
               << ", \"bytes_per_token\": " << s.bytes_per_token << ", \"bytes_per_sequence\": " << s.bytes_per_sequence
-              << ", \"bytes_total\": " << s.bytes_total
-              << ", \"gpus_needed\": " << std::ceil(s.bytes_total / gpu_bytes) << "}\n";
+              << ", \"bytes_total\": " << s.bytes_total << ", \"gpus_needed\": " << std::ceil(s.bytes_total / gpu_bytes)
+              << "}\n";
     return 0;
   }
   const std::string heads_text =
@@ -462,8 +464,8 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
                  : std::to_string(m.num_attention_heads) + " query heads, " + std::to_string(m.num_key_value_heads) +
                        " kv heads of " + std::to_string(m.head_dim);
   std::cout << "KV cache of " << m.name << ": " << attention_kind(m) << ", " << m.num_hidden_layers << " layers, "
-            << heads_text << "; " << o.seq << " tokens x batch " << o.batch << " in " << analysis::kv_dtype_name(dtype) << " ("
-            << analysis::kv_bytes_per_element(dtype) << " bytes a value)\n";
+            << heads_text << "; " << o.seq << " tokens x batch " << o.batch << " in " << analysis::kv_dtype_name(dtype)
+            << " (" << analysis::kv_bytes_per_element(dtype) << " bytes a value)\n";
   if (!m.source.empty()) std::cout << "  source: " << m.source << "\n";
   std::cout << "  values per token per layer   " << values << " = " << count_text(s.elements_per_token_per_layer)
             << "\n  bytes per token per layer    " << bytes_text(s.bytes_per_token_per_layer)
@@ -472,16 +474,17 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
             << "\n  one sequence                 " << bytes_text(s.bytes_per_sequence) << "  (x " << o.seq
             << " tokens)\n  all " << o.batch << " sequence(s)" << std::string(o.batch < 10 ? 12 : 11, ' ')
             << bytes_text(s.bytes_total) << "\n";
-  const std::string gpu_text = o.gpu_memory >= 1 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0)
-                                                                                           : sci(o.gpu_memory, 3);
+  const std::string gpu_text =
+      o.gpu_memory >= 1 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0) : sci(o.gpu_memory, 3);
   std::cout << "  GPUs of " << gpu_text << " GB the cache alone needs: "
             << large_count_text(std::ceil(s.bytes_total / gpu_bytes),
                                 [&] { return analysis::gpus_needed(s.bytes_total, 0, gpu_bytes); })
             << " (weights, activations not counted)\n";
   if (o.gpus > 0)
     std::cout << "  sequences of " << o.seq << " tokens whose caches fit on " << o.gpus << " GPU(s): "
-              << large_count_text(std::floor(static_cast<double>(o.gpus) * gpu_bytes / s.bytes_per_sequence),
-                                  [&] { return analysis::sequences_that_fit(s.bytes_per_sequence, 0, o.gpus, gpu_bytes); })
+              << large_count_text(
+                     std::floor(static_cast<double>(o.gpus) * gpu_bytes / s.bytes_per_sequence),
+                     [&] { return analysis::sequences_that_fit(s.bytes_per_sequence, 0, o.gpus, gpu_bytes); })
               << " (cache only)\n";
   // The same model with the other attentions: only the kv heads (or the latent) change.
   std::cout << "\nThe same model with other attention (" << o.seq << " tokens, batch " << o.batch << ", "
@@ -495,12 +498,14 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
   else if (m.is_mla() || m.num_key_value_heads == h)
     for (const long long groups : {8LL})
       if (groups < h && h % groups == 0)
-        rows.emplace_back("GQA (g = " + std::to_string(groups) + ")", analysis::gqa_kv_elements_per_token(h, groups, d_h));
+        rows.emplace_back("GQA (g = " + std::to_string(groups) + ")",
+                          analysis::gqa_kv_elements_per_token(h, groups, d_h));
   rows.emplace_back("MQA (g = 1)", analysis::gqa_kv_elements_per_token(h, 1, d_h));
   if (m.is_mla())
     rows.emplace_back("MLA (d_c + d_h^R)", analysis::mla_kv_elements_per_token(m.kv_lora_rank, m.qk_rope_head_dim));
   std::cout << "  " << std::left << std::setw(20) << "attention" << std::right << std::setw(18) << "values/token/layer"
-            << std::setw(28) << "one sequence" << std::setw(14) << "vs MHA" << "\n";
+            << std::setw(28) << "one sequence" << std::setw(14) << "vs MHA"
+            << "\n";
   const double mha = rows.front().second;
   for (const auto& [name, e] : rows) {
     const analysis::KvCacheSize r = analysis::kv_cache_size(e, m.num_hidden_layers, o.seq, o.batch, dtype);
@@ -528,15 +533,19 @@ std::vector<DocumentCheck> document_checks() {
   using namespace analysis;
   std::vector<DocumentCheck> c;
   // The documents' "LLaMA-2 70B": 80 layers, 64 heads of 128, each with its own K and V, FP16.
-  auto mha_70b = [](long long seq) { return kv_cache_size(gqa_kv_elements_per_token(64, 64, 128), 80, seq, 1, KvDType::fp16); };
-  auto grouped_70b = [](long long g) { return kv_cache_size(gqa_kv_elements_per_token(64, g, 128), 80, 4096, 1, KvDType::fp16); };
+  auto mha_70b = [](long long seq) {
+    return kv_cache_size(gqa_kv_elements_per_token(64, 64, 128), 80, seq, 1, KvDType::fp16);
+  };
+  auto grouped_70b = [](long long g) {
+    return kv_cache_size(gqa_kv_elements_per_token(64, g, 128), 80, 4096, 1, KvDType::fp16);
+  };
   const KvCacheSize mha = mha_70b(4096);
   c.push_back(check_number("000 L143", "one layer, h = 64, d_k = 128, 4096 tokens, FP16", "128 MB", 128, 1,
                            mha.bytes_per_layer / kMiB, bytes_text(mha.bytes_per_layer)));
   c.push_back(check_number("000 L145", "the same, 80 layers", "10 GB", 10, 1, mha.bytes_per_sequence / kGiB,
                            bytes_text(mha.bytes_per_sequence)));
-  c.push_back(check_number("000 L145", "the same at 32K tokens", "80 GB", 80, 1, mha_70b(32768).bytes_per_sequence / kGiB,
-                           bytes_text(mha_70b(32768).bytes_per_sequence)));
+  c.push_back(check_number("000 L145", "the same at 32K tokens", "80 GB", 80, 1,
+                           mha_70b(32768).bytes_per_sequence / kGiB, bytes_text(mha_70b(32768).bytes_per_sequence)));
   c.push_back(check_number("000 L145", "the same at 128K tokens", "320 GB", 320, 1,
                            mha_70b(131072).bytes_per_sequence / kGiB, bytes_text(mha_70b(131072).bytes_per_sequence)));
   c.push_back(check_number("004 L49", "Llama-2 70B, 4096 tokens, FP16 (decimal GB)", "about 10.7 GB", 10.7, 0.1,
@@ -549,26 +558,26 @@ std::vector<DocumentCheck> document_checks() {
                            llama_2_70b_weight_bytes() / 1e9, fixed(llama_2_70b_weight_bytes() / 1e9, 2) + " GB"));
   const long long mha_fit = sequences_that_fit(mha.bytes_per_sequence, llama_2_70b_weight_bytes(), 2);
   const long long published_fit = sequences_that_fit(published.bytes_per_sequence, llama_2_70b_weight_bytes(), 2);
-  c.push_back(check_number("000 L147", "4K MHA caches beside the weights on 2 x 80 GB", "about two", 2, 1,
-                           static_cast<double>(mha_fit),
-                           std::to_string(mha_fit) + " (" + std::to_string(published_fit) +
-                               " with the published 8 kv heads)"));
+  c.push_back(check_number(
+      "000 L147", "4K MHA caches beside the weights on 2 x 80 GB", "about two", 2, 1, static_cast<double>(mha_fit),
+      std::to_string(mha_fit) + " (" + std::to_string(published_fit) + " with the published 8 kv heads)"));
   const KvCacheSize mqa = grouped_70b(1);
-  c.push_back(check_number("000 L169", "MQA (g = 1): the 10 GB cache becomes", "about 160 MB, 1/64", 160, 10,
-                           mqa.bytes_per_sequence / kMiB,
-                           bytes_text(mqa.bytes_per_sequence) + ", 1/" + fixed(mha.bytes_per_sequence / mqa.bytes_per_sequence, 0)));
+  c.push_back(check_number(
+      "000 L169", "MQA (g = 1): the 10 GB cache becomes", "about 160 MB, 1/64", 160, 10, mqa.bytes_per_sequence / kMiB,
+      bytes_text(mqa.bytes_per_sequence) + ", 1/" + fixed(mha.bytes_per_sequence / mqa.bytes_per_sequence, 0)));
   c.push_back(check_number("004 L57", "MQA on a 64-head model: the cache shrinks by", "about 98%", 98, 1,
                            100 * (1 - mqa.bytes_per_sequence / mha.bytes_per_sequence),
                            fixed(100 * (1 - mqa.bytes_per_sequence / mha.bytes_per_sequence), 1) + "%"));
   const KvCacheSize gqa = grouped_70b(8);
-  c.push_back(check_number("000 L183", "GQA (g = 8): the 10 GB cache becomes", "1.25 GB, 8x", 1.25, 0.01,
-                           gqa.bytes_per_sequence / kGiB,
-                           bytes_text(gqa.bytes_per_sequence) + ", " + fixed(mha.bytes_per_sequence / gqa.bytes_per_sequence, 0) + "x"));
+  c.push_back(check_number(
+      "000 L183", "GQA (g = 8): the 10 GB cache becomes", "1.25 GB, 8x", 1.25, 0.01, gqa.bytes_per_sequence / kGiB,
+      bytes_text(gqa.bytes_per_sequence) + ", " + fixed(mha.bytes_per_sequence / gqa.bytes_per_sequence, 0) + "x"));
   const ModelConfig& v2 = named_model_config("deepseek-v2");
   const double v2_mha = gqa_kv_elements_per_token(v2.num_attention_heads, v2.num_attention_heads, v2.head_dim);
   const double v2_mla = model_kv_elements_per_token(v2);
-  c.push_back(check_number("000 L197", "DeepSeek-V2 as MHA: 2 h d_h values a token and layer", "32,768 values, about 64 KB",
-                           32768, 1, v2_mha, count_text(v2_mha) + " values, " + bytes_text(2 * v2_mha)));
+  c.push_back(check_number("000 L197", "DeepSeek-V2 as MHA: 2 h d_h values a token and layer",
+                           "32,768 values, about 64 KB", 32768, 1, v2_mha,
+                           count_text(v2_mha) + " values, " + bytes_text(2 * v2_mha)));
   c.push_back({"000 L197", "DeepSeek-V2's MLA cache a token and layer, and the saving", "512 values, 64x",
                count_text(v2_mla) + " values (d_c + d_h^R = " + std::to_string(v2.kv_lora_rank) + " + " +
                    std::to_string(v2.qk_rope_head_dim) + "), " + fixed(v2_mha / v2_mla, 1) +
@@ -585,25 +594,31 @@ std::vector<DocumentCheck> document_checks() {
   // TPA against MHA on a 32-head layer of d_h = 128 (the document gives no shape; T6's default ranks are 2).
   const double mha_32 = gqa_kv_elements_per_token(32, 32, 128);
   const double tpa_saving = 1 - tpa_kv_elements_per_token(2, 2, 32, 128) / mha_32;
-  c.push_back(check_number("000 L223", "TPA's saving, R_K = R_V = 2, h = 32, d_h = 128", "about 90%", 90, 10,
-                           100 * tpa_saving,
-                           fixed(100 * tpa_saving, 1) + "% (rank 4: " +
-                               fixed(100 * (1 - tpa_kv_elements_per_token(4, 4, 32, 128) / mha_32), 1) + "%)"));
+  c.push_back(
+      check_number("000 L223", "TPA's saving, R_K = R_V = 2, h = 32, d_h = 128", "about 90%", 90, 10, 100 * tpa_saving,
+                   fixed(100 * tpa_saving, 1) +
+                       "% (rank 4: " + fixed(100 * (1 - tpa_kv_elements_per_token(4, 4, 32, 128) / mha_32), 1) + "%)"));
   const KvCacheSize million = kv_cache_size(gqa_kv_elements_per_token(32, 32, 128), 32, 1000000, 1, KvDType::bf16);
   c.push_back(check_number("004 L42", "32 layers, 32 heads of 128, BF16, a million tokens", "order of 512 GB", 512, 50,
                            million.bytes_total / 1e9, bytes_text(million.bytes_total)));
   c.push_back(check_number("004 L42", "80 GB GPUs that cache needs", "about 7", 7, 1,
-                           static_cast<double>(gpus_needed(million.bytes_total)), std::to_string(gpus_needed(million.bytes_total))));
+                           static_cast<double>(gpus_needed(million.bytes_total)),
+                           std::to_string(gpus_needed(million.bytes_total))));
   c.push_back({"004 L57 (Table 8-3)", "Llama 2 70B's groups", "g = h/4",
-               "g = h/" + std::to_string(named_model_config("llama-2-70b").group_size()) + " (64 heads, 8 kv heads)", false});
-  c.push_back({"004 L57 (Table 8-3)", "Llama 3 405B's groups", "g = h/8",
-               "g = h/" + std::to_string(named_model_config("llama-3.1-405b").group_size()) + " (128 heads, 8 kv heads)",
+               "g = h/" + std::to_string(named_model_config("llama-2-70b").group_size()) + " (64 heads, 8 kv heads)",
                false});
-  c.push_back({"004 L57", "DeepSeek-V2's MLA bytes a token and layer (FP16), and the saving", "2 x 512 x 2 = 2,048 bytes, about 32x",
-               bytes_text(v2_mla * 2) + ", " + fixed(v2_mha / v2_mla, 1) + "x: one latent for K and V, plus k^R", false});
-  c.push_back({"004 L57", "the cache the decoupled RoPE key adds a token and layer", "h x d_R = 8192 values",
-               count_text(v2_mla - mla_kv_elements_per_token(v2.kv_lora_rank, 0)) + " values: one k^R shared by the heads",
+  c.push_back(
+      {"004 L57 (Table 8-3)", "Llama 3 405B's groups", "g = h/8",
+       "g = h/" + std::to_string(named_model_config("llama-3.1-405b").group_size()) + " (128 heads, 8 kv heads)",
+       false});
+  c.push_back({"004 L57", "DeepSeek-V2's MLA bytes a token and layer (FP16), and the saving",
+               "2 x 512 x 2 = 2,048 bytes, about 32x",
+               bytes_text(v2_mla * 2) + ", " + fixed(v2_mha / v2_mla, 1) + "x: one latent for K and V, plus k^R",
                false});
+  c.push_back(
+      {"004 L57", "the cache the decoupled RoPE key adds a token and layer", "h x d_R = 8192 values",
+       count_text(v2_mla - mla_kv_elements_per_token(v2.kv_lora_rank, 0)) + " values: one k^R shared by the heads",
+       false});
   c.push_back({"004 L47 (Table 8-2)", "MLA's cache relative to MHA", "about 7%",
                fixed(100 * v2_mla / v2_mha, 2) + "% of an MHA with DeepSeek-V2's heads", false});
   c.push_back({"004 L57 (Figure 8-5)", "MLA's cache relative to MHA, as a formula", "d_c / (h d_k) = 1/32",
@@ -611,32 +626,36 @@ std::vector<DocumentCheck> document_checks() {
   const TensorParallelKv tp_mha = tensor_parallel_kv(64, 64, 128, 8), tp_gqa = tensor_parallel_kv(64, 8, 128, 8);
   const double tp_saving = 100 * (1 - tp_gqa.elements_per_token_per_gpu / tp_mha.elements_per_token_per_gpu);
   const double tp_saving_32 = 100 * (1 - tensor_parallel_kv(32, 8, 128, 8).elements_per_token_per_gpu /
-                                               tensor_parallel_kv(32, 32, 128, 8).elements_per_token_per_gpu);
-  c.push_back(check_number("004 L63", "KV per GPU, 8-way tensor parallel, GQA g = 8 vs MHA (h = 64)", "about 87% less", 87,
-                           1, tp_saving, fixed(tp_saving, 1) + "% (" + fixed(tp_saving_32, 0) + "% for h = 32)"));
+                                             tensor_parallel_kv(32, 32, 128, 8).elements_per_token_per_gpu);
+  c.push_back(check_number("004 L63", "KV per GPU, 8-way tensor parallel, GQA g = 8 vs MHA (h = 64)", "about 87% less",
+                           87, 1, tp_saving, fixed(tp_saving, 1) + "% (" + fixed(tp_saving_32, 0) + "% for h = 32)"));
   const ModelConfig& llama3 = named_model_config("llama-3-8b");
   ModelConfig llama3_mha = llama3;
   llama3_mha.num_key_value_heads = llama3_mha.num_attention_heads;
   const double mha_fp16 = kv_cache_size(llama3_mha, 4096, 1, KvDType::fp16).bytes_total;
   const double gqa_int8 = kv_cache_size(llama3, 4096, 1, KvDType::int8).bytes_total;
-  c.push_back(check_number("004 L63", "Llama 3 8B as MHA, FP16, 4K tokens", "2 GB", 2, 1, mha_fp16 / kGiB, bytes_text(mha_fp16)));
+  c.push_back(check_number("004 L63", "Llama 3 8B as MHA, FP16, 4K tokens", "2 GB", 2, 1, mha_fp16 / kGiB,
+                           bytes_text(mha_fp16)));
   c.push_back({"004 L63", "Llama 3 8B, GQA + INT8, 4K tokens", "128 MB, 16x",
-               bytes_text(gqa_int8) + ", " + fixed(mha_fp16 / gqa_int8, 0) + "x (" + std::to_string(llama3.group_size()) +
-                   "x from the heads, " + fixed(kv_bytes_per_element(KvDType::fp16) / kv_bytes_per_element(KvDType::int8), 0) +
+               bytes_text(gqa_int8) + ", " + fixed(mha_fp16 / gqa_int8, 0) + "x (" +
+                   std::to_string(llama3.group_size()) + "x from the heads, " +
+                   fixed(kv_bytes_per_element(KvDType::fp16) / kv_bytes_per_element(KvDType::int8), 0) +
                    "x from the bytes)",
                false});
   const KvCacheSize v3_int4 = kv_cache_size(v3, 1, 1, KvDType::int4);
   c.push_back({"004 L63", "DeepSeek-V3's latent d_c = 512 in INT4, a token", "about 512 bytes",
                fixed(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * 0.5, 0) + " B a layer (" +
-                   fixed(v3_int4.bytes_per_token_per_layer, 0) + " B with k^R), " + count_text(v3_int4.bytes_per_token) +
-                   " B through " + std::to_string(v3.num_hidden_layers) + " layers",
+                   fixed(v3_int4.bytes_per_token_per_layer, 0) + " B with k^R), " +
+                   count_text(v3_int4.bytes_per_token) + " B through " + std::to_string(v3.num_hidden_layers) +
+                   " layers",
                false});
   c.push_back({"004 L63", "MLA's activation saving for DeepSeek-V2, 1 - d_c / (h d_k)", "about 60%",
                fixed(100 * mla_kv_activation_saving(v2.kv_lora_rank, v2.num_attention_heads, v2.head_dim), 1) +
                    "% by the document's own formula",
                false});
   // 05-C1: per new token and layer, 4 h d_h n FLOPs over 2 g d_h n b bytes.
-  const double intensity_mha = 4.0 * 32 * 128 / (2.0 * 32 * 128 * 2), intensity_gqa = 4.0 * 32 * 128 / (2.0 * 8 * 128 * 2);
+  const double intensity_mha = 4.0 * 32 * 128 / (2.0 * 32 * 128 * 2),
+               intensity_gqa = 4.0 * 32 * 128 / (2.0 * 8 * 128 * 2);
   c.push_back({"004 L42", "decode attention's FLOPs per cached byte (BF16)", "decoding is memory-bound",
                fixed(intensity_mha, 0) + " for MHA, " + fixed(intensity_gqa, 0) +
                    " for h/g = 4: far below the hundreds a GPU needs to be compute-bound",
@@ -671,16 +690,17 @@ std::string uptraining_markdown() {
   std::ostringstream md;
   md << "MHA layers (d = " << e.d_model << ", h = " << e.heads.num_heads << ", d_k = " << e.head_dim
      << ") whose key and value heads inside each group have similarity rho, mean-pooled into g = "
-     << e.heads.num_kv_heads << " kv heads (Ainslie et al. 2023, section 2.1), before any uptraining; "
-     << e.inputs << " causal inputs of " << e.seq << " tokens, seed " << e.seed << ".\n\n"
+     << e.heads.num_kv_heads << " kv heads (Ainslie et al. 2023, section 2.1), before any uptraining; " << e.inputs
+     << " causal inputs of " << e.seq << " tokens, seed " << e.seed << ".\n\n"
      << markdown_table({"rho", "measured cosine", "weight error", "output error (relative)"}, rows);
   return md.str();
 }
 
 std::string compressed_caches_markdown() {
   std::vector<std::vector<std::string>> rows;
-  for (const auto& [name, cfg] : {std::pair{"DeepSeek-V2", deepseek_v2_mla()}, std::pair{"DeepSeek-V2-Lite", deepseek_v2_lite_mla()},
-                                  std::pair{"DeepSeek-V3", deepseek_v3_mla()}}) {
+  for (const auto& [name, cfg] :
+       {std::pair{"DeepSeek-V2", deepseek_v2_mla()}, std::pair{"DeepSeek-V2-Lite", deepseek_v2_lite_mla()},
+        std::pair{"DeepSeek-V3", deepseek_v3_mla()}}) {
     const double naive = static_cast<double>(mla_cache_floats_per_token(cfg, MlaPath::naive));
     const double absorbed = static_cast<double>(mla_cache_floats_per_token(cfg, MlaPath::absorbed));
     rows.push_back({std::string("MLA, ") + name, count_text(naive) + " (naive: every head's k and v)",
@@ -689,8 +709,9 @@ std::string compressed_caches_markdown() {
   const double mha = analysis::gqa_kv_elements_per_token(32, 32, 128);
   for (const long long rank : {1LL, 2LL, 4LL}) {
     const double tpa = analysis::tpa_kv_elements_per_token(rank, rank, 32, 128);
-    rows.push_back({"TPA, R_K = R_V = " + std::to_string(rank) + ", h = 32, d_h = 128", count_text(mha) + " (MHA: 2 h d_h)",
-                    count_text(tpa) + " ((R_K + R_V)(h + d_h))", fixed(mha / tpa, 1) + "x"});
+    rows.push_back({"TPA, R_K = R_V = " + std::to_string(rank) + ", h = 32, d_h = 128",
+                    count_text(mha) + " (MHA: 2 h d_h)", count_text(tpa) + " ((R_K + R_V)(h + d_h))",
+                    fixed(mha / tpa, 1) + "x"});
   }
   return markdown_table({"layer", "values cached a token, uncompressed", "compressed", "saving"}, rows);
 }
@@ -707,8 +728,8 @@ std::vector<Agreement> agreements(bool include_cuda) {
   const Layer& l = kDocumentedLayer;
   const std::string layer = "d_model 16, h = 4, d_k = 4, prompt 5 + 3 decoded";
   for (const VariantRun& r : run_variants(l, 7))
-    out.push_back({"prefill + decode = one causal pass", "ref", r.name + ", " + layer, r.max_difference,
-                   kIdentityTolerance});
+    out.push_back(
+        {"prefill + decode = one causal pass", "ref", r.name + ", " + layer, r.max_difference, kIdentityTolerance});
   const DecodeInputs in = make_decode_inputs(l, 7);
   const Run expected = *run_decode(reference_backend(kv::backends()), in);
   for (const auto& b : kv::backends()) {
@@ -752,11 +773,13 @@ int run(const Options& o, const GlobalOptions& g) {
   }
   const bool calculator = !o.model.empty() || !o.config.empty();
   for (const char* option : {"--seq", "--batch", "--dtype", "--gpus", "--gpu-memory"})
-    require(calculator || !o.given(option), kCommand, option, " belongs to the calculator: give --model or --config too");
+    require(calculator || !o.given(option), kCommand, option,
+            " belongs to the calculator: give --model or --config too");
   if (calculator) {
     for (const char* option : {"--d-model", "--heads", "--kv-heads", "--head-dim", "--prompt", "--new-tokens", "--step",
                                "--backend", "--dump", "--load"})
-      require(!o.given(option), kCommand, option, " belongs to the demonstration, not to the calculator (--model, --config)");
+      require(!o.given(option), kCommand, option,
+              " belongs to the demonstration, not to the calculator (--model, --config)");
     return run_calculator(o, g);
   }
 
@@ -784,9 +807,9 @@ int run(const Options& o, const GlobalOptions& g) {
   require(o.new_tokens >= 0, kCommand, "--new-tokens (", o.new_tokens, ") must be 0 or more");
   require(!o.step || o.new_tokens >= 1, kCommand, "--new-tokens (", o.new_tokens,
           ") must be at least 1 with --step: the step walks the first decoded token");
-  const Layer l{static_cast<std::size_t>(o.d_model), static_cast<std::size_t>(heads), static_cast<std::size_t>(kv_heads),
-                static_cast<std::size_t>(head_dim), static_cast<std::size_t>(o.prompt),
-                static_cast<std::size_t>(o.new_tokens)};
+  const Layer l{static_cast<std::size_t>(o.d_model), static_cast<std::size_t>(heads),
+                static_cast<std::size_t>(kv_heads),  static_cast<std::size_t>(head_dim),
+                static_cast<std::size_t>(o.prompt),  static_cast<std::size_t>(o.new_tokens)};
   // What the run will take, before anything is allocated: the caches and weights of the variants
   // (at most h heads of d_k, MLA's naive cache n_h (d_h + d_h^R + d_v)), and the loop references'
   // attention work: each of n tokens against up to n cached ones, for about 8 passes.
@@ -797,15 +820,16 @@ int run(const Options& o, const GlobalOptions& g) {
   const std::string width_option = l.heads >= l.head_dim ? "--heads" : "--head-dim";
   const std::string weights_option = l.d_model >= width ? "--d-model" : width_option;
   RunCost cost;
-  cost.memory("the variants' caches and outputs", {16, n, width}, sizeof(float), n >= width ? tokens_option : width_option)
+  cost.memory("the variants' caches and outputs", {16, n, width}, sizeof(float),
+              n >= width ? tokens_option : width_option)
       .memory("the variants' weights", {16, l.d_model, width}, sizeof(float), weights_option)
       .work("the variants' attention over the cache", {8, n, n, width}, tokens_option)
       .work("the variants' projections", {8, n, l.d_model, width}, l.d_model >= n ? "--d-model" : tokens_option);
   cost.require_affordable(g);
 
   if (g.format != "json") {  // JSON is the registry's report alone
-    std::cout << "KV cache: a layer of d_model " << l.d_model << " with " << l.heads << " query heads of "
-              << l.head_dim << "; a prompt of " << l.prompt << " tokens prefilled, then " << l.new_tokens
+    std::cout << "KV cache: a layer of d_model " << l.d_model << " with " << l.heads << " query heads of " << l.head_dim
+              << "; a prompt of " << l.prompt << " tokens prefilled, then " << l.new_tokens
               << " decoded one at a time (seed " << g.seed << ").\n\n";
     print_variants(l, run_variants(l, g.seed));
   }
@@ -813,7 +837,8 @@ int run(const Options& o, const GlobalOptions& g) {
   if (load.enabled()) {
     in.q = load.tensor2("q", {l.heads, l.head_dim}, "[heads, head_dim]");
     in.k_cache = load.tensor3("k_cache", {l.kv_heads, capacity, l.head_dim}, "[kv_heads, capacity, head_dim]");
-    in.v_cache = load.tensor3("v_cache", {l.kv_heads, capacity, l.head_dim}, "[kv_heads, capacity, head_dim] (those of k_cache.npy)");
+    in.v_cache = load.tensor3("v_cache", {l.kv_heads, capacity, l.head_dim},
+                              "[kv_heads, capacity, head_dim] (those of k_cache.npy)");
     in.length = capacity - 1;
   } else {
     in = make_decode_inputs(l, g.seed);
@@ -824,16 +849,20 @@ int run(const Options& o, const GlobalOptions& g) {
   dump.write("q", in.q);
   dump.write("k_cache", in.k_cache);
   dump.write("v_cache", in.v_cache);
-  const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+  const RunReport report{TVLAB_CHAPTER_NAME,
+                         g.seed,
                          "gqa_decode_attention: the last token's " + std::to_string(l.heads) + " query heads over " +
                              std::to_string(in.length) + " cached positions of " + std::to_string(l.kv_heads) +
                              " kv heads (capacity " + std::to_string(in.k_cache.shape()[1]) + "), head_dim " +
                              std::to_string(l.head_dim),
-                         {{"heads", l.heads}, {"kv_heads", l.kv_heads}, {"head_dim", l.head_dim},
-                          {"length", in.length}, {"capacity", in.k_cache.shape()[1]}},
+                         {{"heads", l.heads},
+                          {"kv_heads", l.kv_heads},
+                          {"head_dim", l.head_dim},
+                          {"length", in.length},
+                          {"capacity", in.k_cache.shape()[1]}},
                          g.format == "json"};
-  return run_backends(kv::backends(), o.backend, [&](const kv::Backend& b) { return run_decode(b, in); }, expected,
-                      dump, report);
+  return run_backends(
+      kv::backends(), o.backend, [&](const kv::Backend& b) { return run_decode(b, in); }, expected, dump, report);
 }
 
 }  // namespace
@@ -846,11 +875,11 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   c.summary = "the KV cache: prefill and decode, MHA/GQA/MQA, MLA, TPA, and a KV-memory calculator for real models";
   c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
-    Command sub = add_chapter_command(
-        root, global, TVLAB_CHAPTER_NAME, "kv", "Chapter 05: the KV cache", *o,
-        "walk one decode step of one GQA group (q, k, v, the append, scores, softmax, output)",
-        "write q.npy, k_cache.npy, v_cache.npy and decode_<backend>.npy, lse_<backend>.npy to DIR",
-        backend_lines(kv::backends()), [o, &global] { return run(*o, global); });
+    Command sub =
+        add_chapter_command(root, global, TVLAB_CHAPTER_NAME, "kv", "Chapter 05: the KV cache", *o,
+                            "walk one decode step of one GQA group (q, k, v, the append, scores, softmax, output)",
+                            "write q.npy, k_cache.npy, v_cache.npy and decode_<backend>.npy, lse_<backend>.npy to DIR",
+                            backend_lines(kv::backends()), [o, &global] { return run(*o, global); });
     sub.option("--d-model", o->d_model, "width of the demonstration layer");
     sub.option("--heads", o->heads, "query heads h");
     sub.option("--kv-heads", o->kv_heads, "key/value heads g of the GQA variant (divides h)");

@@ -88,11 +88,15 @@ TEST_P(DecodeCases, matches_the_double_oracle) {
     const std::string what = std::string("gqa_decode_attention, ") + c.label + ", scale " +
                              (scale ? std::to_string(*scale) : std::string("1/sqrt(d)"));
     EXPECT_TRUE(matches(got.out, oracle.out, tol,
-                        {what + ": out", {"t", "e"}, seed, std::string("tvlab kv --step --backend ") + backend.name,
+                        {what + ": out",
+                         {"t", "e"},
+                         seed,
+                         std::string("tvlab kv --step --backend ") + backend.name,
                          "query head t reads kv head t / (h/g) (consecutive heads share one), over positions "
                          "0 .. length - 1 only: the slots after them are free"}));
-    EXPECT_TRUE(matches(got.lse, oracle.lse, {1e-5, 1e-6},
-                        {what + ": lse", {"t"}, seed, "", "lse_t = m_t + log sum_p exp(s_tp - m_t), m_t = max_p s_tp"}));
+    EXPECT_TRUE(
+        matches(got.lse, oracle.lse, {1e-5, 1e-6},
+                {what + ": lse", {"t"}, seed, "", "lse_t = m_t + log sum_p exp(s_tp - m_t), m_t = max_p s_tp"}));
   }
 }
 
@@ -104,7 +108,8 @@ const DecodeCase kCases[] = {
     {"MQA h 4, d 32, 200 of 257 slots", 4, 1, 32, 32, 257, 200},
 };
 INSTANTIATE_TEST_SUITE_P(Ch05, DecodeCases,
-                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::decode)),
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(),
+                                                                                           &Backend::decode)),
                                             ::testing::ValuesIn(kCases)),
                          tvlab::testing::ImplCaseName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DecodeCases);  // not an exercise

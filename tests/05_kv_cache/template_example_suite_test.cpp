@@ -49,7 +49,10 @@ TEST_P(TemplateExample, softmax_matches_the_double_oracle) {
   Rng rng(11);
   const Tensor2 x = rng.normal_matrix(5, 37, 0.0, 3.0);
   EXPECT_TRUE(matches(backend.softmax(x), tvlab::testing::softmax_oracle(x), {2e-6, reduction_rtol(37)},
-                      {"softmax, 5 x 37", {"row", "col"}, 11, "",
+                      {"softmax, 5 x 37",
+                       {"row", "col"},
+                       11,
+                       "",
                        "$y_{ij} = e^{x_{ij} - m_i} / \\sum_k e^{x_{ik} - m_i}$ with $m_i = \\max_k x_{ik}$"}));
 }
 
