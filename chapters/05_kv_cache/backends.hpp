@@ -18,6 +18,8 @@ namespace tvlab::kv {
 /// What one decode step of attention returns for the new token: each query head's output and the
 /// log of its softmax denominator, \f$ \mathrm{lse}_t = \log \sum_{p < n} e^{s_{tp}} \f$ (with it,
 /// attention over two parts of the cache can be merged, as chapter 04's online softmax does).
+/// (When `ref/opt::gqa_decode_attention` arrive with their own result type of these two members,
+/// this becomes an alias of it, so that they register without a wrapper.)
 struct DecodeAttention {
   Tensor2 out;  ///< `[h, d_v]`
   Tensor1 lse;  ///< `[h]`
