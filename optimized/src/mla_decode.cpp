@@ -19,10 +19,12 @@ namespace {
 constexpr const char* kFunction = "mla_absorbed_decode_attention";
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Cached positions per tile: a tile of [c^KV; k^R] rows (64 x 576 floats, 144 KiB at DeepSeek's
-// widths) stays in L2 between the score product that reads it and the P~ C product that reads
-// it again, beside one thread's accumulator O~ (128 x 512 floats, 256 KiB).
-constexpr std::size_t kTilePositions = 64;
+// Cached positions per tile: a tile of [c^KV; k^R] rows (128 x 576 floats, 288 KiB at DeepSeek's
+// widths) stays in L2 between the score product that reads it and the P~ C product that reads it
+// again, beside one thread's accumulator O~ (128 x 512 floats, 256 KiB) and scores (64 KiB). Measured
+// on a 2-core AMD EPYC (1 MiB L2 per core) at 32K positions: 64 positions per tile ~15% slower than
+// 128, 256 no faster (the P~ C product gains from a longer inner dimension).
+constexpr std::size_t kTilePositions = 128;
 
 std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 

@@ -51,11 +51,11 @@ std::string describe(const Shape& s) {
          ", length " + std::to_string(s.length) + " of capacity " + std::to_string(s.capacity);
 }
 
-// DeepSeek's shapes scaled down (h = 16, d_c = 64, d_h^R = 16), lengths around the 64-position tile
-// of the optimized versions; and the real widths (h = 128, d_c = 512, d_h^R = 64). Every cache has
-// free slots past `length`.
+// DeepSeek's shapes scaled down (h = 16, d_c = 64, d_h^R = 16), lengths around the 128-position tile
+// of the optimized versions (one position, part of a tile, a whole tile, one more); and the real
+// widths (h = 128, d_c = 512, d_h^R = 64). Every cache has free slots past `length`.
 const Shape kShapes[] = {
-    {16, 64, 16, 1, 4},      {16, 64, 16, 7, 10},     {16, 64, 16, 64, 65},     {16, 64, 16, 65, 70},
+    {16, 64, 16, 1, 4},      {16, 64, 16, 7, 10},     {16, 64, 16, 128, 129},   {16, 64, 16, 129, 140},
     {16, 64, 16, 333, 340},  {128, 512, 64, 1, 3},    {128, 512, 64, 100, 128}, {128, 512, 64, 1000, 1024},
 };
 
