@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct Version {
   std::string name;
   DecodeFunction f;
 };
+
+// gtest prints a parameter through PrintTo: the version's name, not its bytes.
+void PrintTo(const Version& v, std::ostream* out) { *out << v.name; }
 
 // The reference, every numbered optimized version, and the headline.
 std::vector<Version> all_versions() {
