@@ -115,7 +115,7 @@ MlaDecodeAttention mla_absorbed_decode_attention_v1(const Tensor2& q_absorbed, c
           for (std::size_t e = 0; e < d_c; ++e) o[e] += p * latent[e];
         }
       }
-      // a_i = O~_i / l, L_i = m + ln l (l = 0 only after an overflow: NaN, caught below)
+      // a_i = O~_i / l, L_i = m + ln l (l >= 1: the maximum's own term is e^0)
       const float inv_l = 1.0f / l;
       for (std::size_t e = 0; e < d_c; ++e) result.out_latent(i, e) = o[e] * inv_l;
       result.lse(i) = m + std::log(l);
@@ -180,6 +180,7 @@ MlaDecodeAttention mla_absorbed_decode_attention_split_k(const Tensor2& q_absorb
     }
   }
 
+  // The checks on what the tiles held, once all were read (a bad cache throws before the merge).
   require_cache_in_range(latents, rope_keys, length, q_max,
                          *std::max_element(part_key_max.begin(), part_key_max.end()), scale);
 
@@ -195,10 +196,8 @@ MlaDecodeAttention mla_absorbed_decode_attention_split_k(const Tensor2& q_absorb
     float* out = result.out_latent.data() + i * d_c;
     std::fill(out, out + d_c, 0.0f);
     for (std::size_t r = 0; r < splits; ++r) {
-      const double m_r = part_m[r * heads + i];
-      // A split whose scores all overflowed to -inf kept m = -inf, l = 0: weight 0 (and a NaN result below).
-      const auto weight =
-          static_cast<float>(m_r == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m_r - merged.max) / merged.sum);
+      // Every split holds a position, so m_r is finite; e^{m_r - m} underflows to 0 for a split far below the peak.
+      const auto weight = static_cast<float>(std::exp(part_m[r * heads + i] - merged.max) / merged.sum);
       const float* o = part_o.data() + (r * heads + i) * d_c;
 #pragma omp simd
       for (std::size_t e = 0; e < d_c; ++e) out[e] += weight * o[e];
