@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/mla_config.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/opt/mla_decode.hpp"
+#include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/mla.hpp"
 #include "tvlab/ref/mla_decode.hpp"
 
@@ -196,6 +198,36 @@ TEST_P(MlaDecodeVersions, free_slots_past_length_are_never_read) {
   }
 }
 
+// The absorbed decode is multi-query attention: chapter 00's attention, given for every query head
+// the one shared key [c^KV_j; k^R_j] and value c^KV_j (copied h times, what the absorbed cache never
+// stores), gives each version's result. Both are within the oracle's tolerance of the exact
+// answer, hence within twice that of each other.
+TEST_P(MlaDecodeVersions, is_multi_query_attention_over_the_shared_latent_head) {
+  const Version& v = GetParam();
+  const Shape s{16, 64, 16, 100, 100};
+  const unsigned long long seed = 5251;
+  const DecodeCase c = make_case(s, seed);
+  Tensor3 q = Tensor3::from_shape({s.heads, 1, s.d_c + s.d_r});
+  Tensor3 k = Tensor3::from_shape({s.heads, s.length, s.d_c + s.d_r});
+  Tensor3 values = Tensor3::from_shape({s.heads, s.length, s.d_c});
+  for (std::size_t i = 0; i < s.heads; ++i) {
+    for (std::size_t e = 0; e < s.d_c + s.d_r; ++e) q(i, 0, e) = c.q_absorbed(i, e);
+    for (std::size_t j = 0; j < s.length; ++j) {
+      for (std::size_t e = 0; e < s.d_c; ++e) k(i, j, e) = values(i, j, e) = c.latents(j, e);
+      for (std::size_t e = 0; e < s.d_r; ++e) k(i, j, s.d_c + e) = c.rope_keys(j, e);
+    }
+  }
+  AttentionConfig cfg;
+  cfg.scale = c.scale;
+  const Tensor3 attention = ref::scaled_dot_product_attention(q, k, values, cfg);
+  const DTensor2 mqa = xt::cast<double>(xt::view(attention, xt::all(), 0, xt::all()));
+  Tolerance tol = tolerance(oracle(c), s).out;
+  tol.atol *= 2;
+  EXPECT_TRUE(matches(run(v, c).out_latent, mqa, tol,
+                      {v.name + " against chapter 00's attention with the shared head repeated, " + describe(s),
+                       {"head", "c"}, seed, "", "every query head reads the same keys [c_j; k^R_j] and values c_j"}));
+}
+
 // Bad input: each an error naming the function and the parameter.
 TEST_P(MlaDecodeVersions, bad_input_is_an_error_naming_the_parameter) {
   const Version& v = GetParam();
@@ -266,8 +298,8 @@ TEST(Ch05MlaDecode, splits_merged_equal_the_unsplit_result) {
       const DTensor2 whole_out = xt::cast<double>(whole.out_latent);
       const DTensor1 whole_lse = xt::cast<double>(whole.lse);
       for (const std::size_t splits : {2u, 3u, 7u, 16u, 333u, 5000u}) {
-        const MlaDecodeAttention split = opt::mla_absorbed_decode_attention_split_k(c.q_absorbed, c.latents, c.rope_keys,
-                                                                                    c.length, c.scale, splits);
+        const MlaDecodeAttention split =
+            opt::mla_absorbed_decode_attention_split_k(c.q_absorbed, c.latents, c.rope_keys, c.length, c.scale, splits);
         const std::string what = std::to_string(splits) + " splits merged, " + describe(s) +
                                  (far_peak ? ", one score +80 above the rest" : "");
         EXPECT_TRUE(matches(split.out_latent, whole_out, tol.out,
@@ -369,7 +401,8 @@ TEST(Ch05MlaDecode, the_core_up_projected_is_mla_absorbed_decode_step) {
       for (std::size_t i = 0; i < h; ++i) {
         double terms = 0.0;
         for (std::size_t c = 0; c < d_c; ++c) terms += std::fabs(double{q_absorbed(i, c)} * cache.latents(j, c));
-        for (std::size_t e = 0; e < d_r; ++e) terms += std::fabs(double{q_absorbed(i, d_c + e)} * cache.rope_keys(j, e));
+        for (std::size_t e = 0; e < d_r; ++e)
+          terms += std::fabs(double{q_absorbed(i, d_c + e)} * cache.rope_keys(j, e));
         score_magnitude = std::max(score_magnitude, scale * terms);
       }
     }
