@@ -96,7 +96,11 @@ Tensor2 quantized_kv_attention_error_bound(const Tensor2& q, const QuantizedKv& 
         lo = std::min(lo, v.dequantized(g, t, c));
         hi = std::max(hi, v.dequantized(g, t, c));
       }
-      bound(i, c) = static_cast<float>(delta_v + weight_shift * (hi - lo + 2.0 * delta_v));
+      const double b = delta_v + weight_shift * (hi - lo + 2.0 * delta_v);
+      // Rounded up to float, so that the float bound is still a bound.
+      float rounded = static_cast<float>(b);
+      if (rounded < b) rounded = std::nextafter(rounded, std::numeric_limits<float>::infinity());
+      bound(i, c) = rounded;
     }
   }
   return bound;
