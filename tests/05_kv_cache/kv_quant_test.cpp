@@ -286,6 +286,61 @@ TEST(Ch05KvQuant, the_attention_error_stays_within_the_provable_bound) {
   }
 }
 
+// The bound, recomputed here from its definition for each output element (the half steps and the
+// dequantized values read through QuantizedKv): eps_i = scale max_t sum_c |q_ic| dK_tc, then
+// max_t dV_tc + (1 - e^{-2 eps_i}) (range_t v^_tc + 2 max_t dV_tc). Equal to float rounding (2^-23).
+TEST(Ch05KvQuant, the_error_bound_is_the_formula_of_its_proof) {
+  const std::size_t h = 4, g = 2, n = 11, d = 8;
+  Rng rng(79);
+  const QuantizedKv kq = quantize_kv(rng.normal_tensor(g, n, d), int8_per_channel(4));
+  const QuantizedKv vq = quantize_kv(rng.normal_tensor(g, n, d), int4_per_group(4));
+  const Tensor2 q = rng.normal_matrix(h, d);
+  const Tensor2 bound = ref::quantized_kv_attention_error_bound(q, kq, vq, 0.3);
+  for (std::size_t i = 0; i < h; ++i) {
+    const std::size_t kv = i / (h / g);
+    double eps = 0;
+    for (std::size_t t = 0; t < n; ++t) {
+      double shift = 0;
+      for (std::size_t c = 0; c < d; ++c) shift += 0.3 * std::fabs(q(i, c)) * kq.half_step(kv, t, c);
+      eps = std::max(eps, shift);
+    }
+    for (std::size_t c = 0; c < d; ++c) {
+      double dv = 0, lo = HUGE_VAL, hi = -HUGE_VAL;
+      for (std::size_t t = 0; t < n; ++t) {
+        dv = std::max(dv, vq.half_step(kv, t, c));
+        lo = std::min(lo, vq.dequantized(kv, t, c));
+        hi = std::max(hi, vq.dequantized(kv, t, c));
+      }
+      const double expected = dv + (1 - std::exp(-2 * eps)) * (hi - lo + 2 * dv);
+      EXPECT_NEAR(bound(i, c), expected, expected * std::ldexp(1.0, -23)) << "(head " << i << ", c " << c << ")";
+      EXPECT_GE(double{bound(i, c)}, expected) << "the float bound is rounded up";
+    }
+  }
+}
+
+// With one token the weights are 1 whatever the scores, so the output is v^ itself and its error
+// |v - v^| reaches almost dV, the bound's first term: over 64 channels some error exceeds 0.9 of the
+// bound (with a tiny query the softmax term, 1 - e^{-2 eps}, is negligible). The bound is attained.
+TEST(Ch05KvQuant, with_one_token_the_bound_is_nearly_attained) {
+  const std::size_t d = 64;
+  Rng rng(80);
+  const Tensor3 k = rng.normal_tensor(1, 1, d), v = rng.normal_tensor(1, 1, d);
+  const Tensor3 q3 = rng.normal_tensor(1, 1, d, 0.0, 1e-6);
+  const Tensor2 q = xt::view(q3, xt::all(), 0, xt::all());
+  for (const QuantAttentionCase& c : attention_cases(d)) {
+    if (c.key.axis == KvScaleAxis::per_channel) continue;  // one token per channel group: exact keys
+    const QuantizedKv kq = quantize_kv(k, c.key), vq = quantize_kv(v, c.value);
+    const Tensor2 out = ref::quantized_kv_decode_attention(q, kq, vq);
+    const Tensor2 bound = ref::quantized_kv_attention_error_bound(q, kq, vq);
+    double tightest = 0;
+    for (std::size_t e = 0; e < d; ++e) {
+      ASSERT_LE(std::fabs(out(0, e) - v(0, 0, e)), bound(0, e) + std::ldexp(std::fabs(v(0, 0, e)), -24)) << c.label;
+      if (bound(0, e) > 0) tightest = std::max(tightest, std::fabs(double{out(0, e)} - v(0, 0, e)) / bound(0, e));
+    }
+    EXPECT_GT(tightest, 0.9) << c.label;
+  }
+}
+
 // ------------------------------------------------------------------------------------ bad input
 
 TEST(Ch05KvQuant, rejects_bad_specs_and_tensors_naming_the_parameter) {
