@@ -530,6 +530,23 @@ TEST(Ch05PagedWaste, the_vllm_paper_figures_follow_from_sharegpt_like_lengths_an
   EXPECT_GT(s.paged_waste(), 0.04) << "with ~81-token requests a 16-token block wastes ~8.5%";
 }
 
+// Uniform lengths take each value of [min, max] (both ends included) equally often: each of the 5
+// values of [3, 7] appears N/5 times within 5 standard deviations of a binomial count, 5 sqrt(N p (1 - p)).
+TEST(Ch05PagedWaste, uniform_lengths_cover_min_to_max_equally) {
+  const std::size_t n = 10000;
+  const auto requests =
+      analysis::sample_requests({.num_requests = n, .prompt = {.min = 3, .max = 7}, .output = {.min = 1, .max = 1}, .seed = 4});
+  std::map<std::size_t, std::size_t> counts;
+  for (const analysis::Request& r : requests) {
+    ++counts[r.prompt_len];
+    EXPECT_EQ(r.output_len, 1U);
+  }
+  ASSERT_EQ(counts.size(), 5U) << "every value of [3, 7] and no other";
+  EXPECT_EQ(counts.begin()->first, 3U);
+  EXPECT_EQ(counts.rbegin()->first, 7U);
+  for (const auto& [value, count] : counts) EXPECT_NEAR(double(count), n / 5.0, 5 * std::sqrt(n * 0.2 * 0.8)) << value;
+}
+
 // The log-normal lengths have the median they are given (half the draws below it, within 5 standard
 // errors of a proportion, 5 sqrt(1/4 / N)) and stay within [min, max].
 TEST(Ch05PagedWaste, log_normal_lengths_have_their_median_and_stay_in_range) {
