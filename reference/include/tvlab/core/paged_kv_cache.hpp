@@ -91,8 +91,10 @@ class PagedKvCache {
 
   /// The number of block tables that point at physical block `block` (0 when it is free).
   std::size_t ref_count(std::size_t block) const;
-  /// The free blocks, the one handed out next at the back (a stack: a block just freed is reused
-  /// first, as vLLM's v0 block allocator does).
+  /// The free blocks, the one handed out next at the back: a stack, so that a block just freed is
+  /// reused first, as the free list of vLLM's v0 `BlockAllocator` (`vllm/core/block_manager.py`) is.
+  /// (vLLM v1 takes free blocks from a FIFO queue instead, so that a freed block that still holds a
+  /// cached prefix stays reusable as long as possible.) At first blocks go out as 0, 1, 2, ...
   const std::vector<std::size_t>& free_list() const { return free_list_; }
   std::size_t free_blocks() const { return free_list_.size(); }
   /// Blocks copied by copy-on-write so far.
@@ -134,8 +136,8 @@ class PagedKvCache {
   std::size_t blocks_needed(const Sequence& s, std::size_t n) const;
   void require_blocks(const char* function, SequenceId seq, const Sequence& s, std::size_t n) const;
   std::size_t take_free_block();
-  // Stores token `token` of `k`/`v` (`[num_kv_heads, n, head_dim]` viewed through a pointer and
-  // strides) after the capacity was checked.
+  // Stores one token whose key of head h is k[h * head_stride + c] (and value v[...]) in the next
+  // slot of s, taking a block or copying a shared one first; the capacity was checked before.
   void store_token(Sequence& s, const float* k, const float* v, std::size_t head_stride);
 
   PagedKvConfig cfg_;
