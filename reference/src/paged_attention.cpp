@@ -72,4 +72,21 @@ Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, Sequ
   return paged_decode_attention(q, cache, cache.block_table(seq), cache.length(seq), scale);
 }
 
+Tensor3 paged_decode_attention(const Tensor3& q, const PagedKvCache& cache, std::span<const SequenceId> seqs,
+                               std::optional<double> scale) {
+  const char* fn = "paged_decode_attention";
+  require(q.shape()[0] == seqs.size(), fn, "q has ", q.shape()[0], " rows (sequences), seqs has ", seqs.size(),
+          " entries: one query row per sequence");
+  for (std::size_t r = 0; r < seqs.size(); ++r) {
+    require(cache.has_sequence(seqs[r]), fn, "seqs[", r, "] (", seqs[r], ") is not a live sequence of the cache");
+    require(cache.length(seqs[r]) > 0, fn, "seqs[", r, "] (", seqs[r], ") has no token yet: append its prompt first");
+  }
+  Tensor3 out = Tensor3::from_shape({q.shape()[0], q.shape()[1], cache.head_dim()});
+  for (std::size_t r = 0; r < seqs.size(); ++r) {
+    const Tensor2 q_r = xt::view(q, r);
+    xt::view(out, r) = paged_decode_attention(q_r, cache, seqs[r], scale);
+  }
+  return out;
+}
+
 }  // namespace tvlab::ref

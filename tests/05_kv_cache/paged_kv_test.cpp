@@ -155,6 +155,32 @@ TEST(Ch05PagedKv, a_table_and_a_shorter_context_length_attend_to_that_prefix) {
   }
 }
 
+// A batch of sequences, two of them forked from a third (sharing its blocks), attends in one call:
+// each row equals the single-sequence call bit for bit (the same loops over the same numbers).
+TEST(Ch05PagedKv, a_batch_of_sequences_attends_row_by_row) {
+  const std::size_t h = 4, g = 2, d = 8, b = 4;
+  Rng rng(12);
+  PagedKvCache cache({.num_blocks = 16, .block_size = b, .num_kv_heads = g, .head_dim = d});
+  const SequenceId prompt = cache.add_sequence();
+  cache.append(prompt, rng.normal_tensor(g, 10, d), rng.normal_tensor(g, 10, d));
+  const SequenceId sample1 = cache.fork(prompt), sample2 = cache.fork(prompt);
+  cache.append(sample1, rng.normal_matrix(g, d), rng.normal_matrix(g, d));
+  cache.append(sample2, rng.normal_tensor(g, 3, d), rng.normal_tensor(g, 3, d));
+  EXPECT_LT(cache.blocks_in_use(), 3 * cache.block_table(prompt).size()) << "the forks share the prompt's full blocks";
+  const std::vector<SequenceId> seqs = {sample2, prompt, sample1};
+  const Tensor3 q = rng.normal_tensor(seqs.size(), h, d);
+  const Tensor3 out = ref::paged_decode_attention(q, cache, seqs);
+  for (std::size_t r = 0; r < seqs.size(); ++r) {
+    const Tensor2 q_r = xt::view(q, r);
+    EXPECT_EQ(Tensor2(xt::view(out, r)), ref::paged_decode_attention(q_r, cache, seqs[r])) << "row " << r;
+  }
+  EXPECT_TRUE(throws_error_naming([&] { ref::paged_decode_attention(q, cache, std::vector<SequenceId>{sample1, prompt}); },
+                                  {"paged_decode_attention", "q has 3 rows", "seqs has 2"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] { ref::paged_decode_attention(q, cache, std::vector<SequenceId>{sample1, 42, prompt}); },
+      {"paged_decode_attention", "seqs[1] (42)"}));
+}
+
 // ------------------------------------------------------------------------ fork, copy-on-write, free
 
 // A walk through Section 4.4 of the vLLM paper with blocks of 4 tokens: a prompt of 6 tokens fills
@@ -182,6 +208,7 @@ TEST(Ch05PagedKv, fork_shares_blocks_and_the_first_write_to_a_shared_block_copie
   EXPECT_EQ(cache.ref_count(first), 2U);
   EXPECT_EQ(cache.ref_count(last), 2U);
   EXPECT_EQ(cache.free_blocks(), n - 2) << "fork must not allocate";
+  EXPECT_EQ(cache.blocks_in_use(), 2U);
   EXPECT_EQ(cache.copy_on_write_count(), 0U);
   EXPECT_EQ(cache.gather_keys(child), prompt_k);
 

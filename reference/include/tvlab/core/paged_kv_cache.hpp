@@ -97,6 +97,9 @@ class PagedKvCache {
   /// cached prefix stays reusable as long as possible.) At first blocks go out as 0, 1, 2, ...
   const std::vector<std::size_t>& free_list() const { return free_list_; }
   std::size_t free_blocks() const { return free_list_.size(); }
+  /// Blocks that some table points at: \f$ \text{num\_blocks} - \text{free} \f$. With forks it is less than
+  /// \f$ \sum_s \lceil L_s / b \rceil \f$, the blocks the sequences would take without sharing.
+  std::size_t blocks_in_use() const { return cfg_.num_blocks - free_list_.size(); }
   /// Blocks copied by copy-on-write so far.
   std::size_t copy_on_write_count() const { return copies_; }
 

@@ -48,4 +48,16 @@ Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std:
 Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, SequenceId seq,
                                std::optional<double> scale = {});
 
+/// @ingroup ch05
+/// One decode step for a batch of sequences, the shape of vLLM's kernel (a query per sequence,
+/// each through its own block table; sequences forked from one another read their shared blocks):
+/// row \f$ r \f$ of the result is `paged_decode_attention(q[r], cache, seqs[r], scale)`.
+/// @param q `[num_seqs, num_heads, head_dim]`
+/// @param cache the paged cache
+/// @param seqs `num_seqs` live sequences, each with at least one token
+/// @param scale default \f$ 1/\sqrt{d_k} \f$
+/// @return `[num_seqs, num_heads, head_dim]`
+Tensor3 paged_decode_attention(const Tensor3& q, const PagedKvCache& cache, std::span<const SequenceId> seqs,
+                               std::optional<double> scale = {});
+
 }  // namespace tvlab::ref
