@@ -12,12 +12,16 @@
 /// KIVI (Liu et al. 2024, "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache") observes
 /// that keys have a few channels of large magnitude (outlier channels) while values do not, and
 /// quantizes keys per channel and values per token: a per-channel scale fits each key channel's own
-/// range instead of letting the outlier channel set the step of every channel of the token.
+/// range instead of letting the outlier channel set the step of every channel of the token. (KIVI
+/// groups the keys of \f$ G \f$ tokens per channel and keeps the tokens of a group not yet complete in
+/// full precision while it fills; here a whole tensor is quantized at once, and the last group of
+/// tokens is simply shorter.)
 ///
 /// The mappings (\f$ x \f$ an element, \f$ G \f$ its group, \f$ s \f$ the group's scale, \f$ q \f$ the code):
 /// - symmetric absmax, \f$ B \f$-bit integers: \f$ s = \max_G |x| / Q \f$ with \f$ Q = 2^{B-1} - 1 \f$
 ///   (127 for INT8, 7 for INT4), \f$ q = \mathrm{round}(x / s) \in [-Q, Q] \f$, \f$ \hat x = s\,q \f$;
-/// - asymmetric min/max (KIVI's Eq. 1; also FlexGen's group-wise 4-bit, Sheng et al. 2023):
+/// - asymmetric min/max (KIVI's quantizer, the minimum as zero point; also FlexGen's group-wise 4-bit,
+///   Sheng et al. 2023):
 ///   \f$ z = \min_G x \f$, \f$ s = (\max_G x - z) / (2^B - 1) \f$, \f$ q = \mathrm{round}((x - z)/s) \in [0, 2^B - 1] \f$,
 ///   \f$ \hat x = z + s\,q \f$;
 /// - FP8 E4M3 with a scale: \f$ s = \max_G |x| / 448 \f$, \f$ q = \mathrm{e4m3}(x / s) \f$ (core's round trip,
