@@ -45,7 +45,9 @@ struct Request {
 /// The shape of a distribution of token counts.
 enum class LengthDistribution {
   uniform,     ///< integers uniform in [min, max]
-  log_normal,  ///< \f$ \mathrm{round}(e^{\ln(\text{median}) + \sigma z}) \f$, \f$ z \sim N(0, 1) \f$, clamped to [min, max]: a few long requests, many short ones
+  /// \f$ \mathrm{round}(e^{\ln(\text{median}) + \sigma z}) \f$, \f$ z \sim N(0, 1) \f$, clamped to
+  /// [min, max]: many short requests and a few long ones
+  log_normal,
 };
 
 /// A distribution of token counts (prompt or output lengths).

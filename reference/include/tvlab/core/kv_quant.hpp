@@ -22,8 +22,8 @@
 ///   (127 for INT8, 7 for INT4), \f$ q = \mathrm{round}(x / s) \in [-Q, Q] \f$, \f$ \hat x = s\,q \f$;
 /// - asymmetric min/max (KIVI's quantizer, the minimum as zero point; also FlexGen's group-wise 4-bit,
 ///   Sheng et al. 2023):
-///   \f$ z = \min_G x \f$, \f$ s = (\max_G x - z) / (2^B - 1) \f$, \f$ q = \mathrm{round}((x - z)/s) \in [0, 2^B - 1] \f$,
-///   \f$ \hat x = z + s\,q \f$;
+///   \f$ z = \min_G x \f$, \f$ s = (\max_G x - z) / (2^B - 1) \f$,
+///   \f$ q = \mathrm{round}((x - z)/s) \in [0, 2^B - 1] \f$, \f$ \hat x = z + s\,q \f$;
 /// - FP8 E4M3 with a scale: \f$ s = \max_G |x| / 448 \f$, \f$ q = \mathrm{e4m3}(x / s) \f$ (core's round trip,
 ///   `tvlab/core/dtype.hpp`), \f$ \hat x = s\,q \f$: the largest element lands on E4M3's largest value.
 ///

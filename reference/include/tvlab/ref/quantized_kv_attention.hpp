@@ -11,7 +11,8 @@
 /// so every weight by a factor within \f$ [e^{-2\varepsilon}, e^{2\varepsilon}] \f$ and the weights' total
 /// variation \f$ \tfrac12 \|\hat p - p\|_1 \le 1 - e^{-2\varepsilon} \f$. Writing
 /// \f$ \hat o - o = \sum_t \hat p_t (\hat v_t - v_t) + \sum_t (\hat p_t - p_t) v_t \f$:
-/// \f[ |\hat o_c - o_c| \le \max_t \delta^V_{tc} + (1 - e^{-2\varepsilon})\,\big(\max_t v_{tc} - \min_t v_{tc}\big), \f]
+/// \f[ |\hat o_c - o_c| \le \max_t \delta^V_{tc}
+///     + (1 - e^{-2\varepsilon})\,\big(\max_t v_{tc} - \min_t v_{tc}\big), \f]
 /// because a difference of two weightings of equal total mass \f$ \tau \f$ moves a sum by at most
 /// \f$ \tau \f$ times the range of what is summed. The range of the true values is at most the range
 /// of the dequantized ones plus \f$ 2 \max_t \delta^V_{tc} \f$.
@@ -42,7 +43,8 @@ Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, co
 /// @ingroup ch05
 /// The bound of this file's comment for every output element of `quantized_kv_decode_attention`
 /// against attention over the unquantized keys and values (in exact arithmetic):
-/// \f$ \max_t \delta^V_{tc} + (1 - e^{-2\varepsilon_i}) (\max_t \hat v_{tc} - \min_t \hat v_{tc} + 2\max_t \delta^V_{tc}) \f$,
+/// \f$ \max_t \delta^V_{tc} + (1 - e^{-2\varepsilon_i})
+///     (\max_t \hat v_{tc} - \min_t \hat v_{tc} + 2\max_t \delta^V_{tc}) \f$,
 /// \f$ \varepsilon_i = \text{scale}\,\max_t \sum_c |q_{ic}|\,\delta^K_{g(i),tc} \f$, computed from the codes and
 /// scales alone. Same parameters and checks as `quantized_kv_decode_attention`.
 /// @param q `[num_heads, head_dim]`
