@@ -55,7 +55,9 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
                                         std::size_t splits = 0);
 
 /// @ingroup ch05
-/// The decode step: the best version (v2). Same contract as `ref::gqa_decode_attention`.
+/// The decode step: the best version for the shape. v2 for GQA and MQA (the cache read once instead
+/// of h/g times); v1 for MHA with at least 4 heads per thread, where both read the cache once and
+/// v1's long runs of keys, then values, stream faster. Same contract as `ref::gqa_decode_attention`.
 GqaDecodeOutput gqa_decode_attention(const Tensor2& q, const Tensor3& k_cache, const Tensor3& v_cache,
                                      std::size_t length, std::optional<double> scale = std::nullopt);
 
