@@ -90,6 +90,7 @@ void register_benchmarks() {
   const std::vector<std::pair<const char*, DecodeFn>> versions{
       {"v1", [](const Tensor2& q, const Tensor3& k, const Tensor3& v, std::size_t n) { return opt::gqa_decode_attention_v1(q, k, v, n); }},
       {"v2", [](const Tensor2& q, const Tensor3& k, const Tensor3& v, std::size_t n) { return opt::gqa_decode_attention_v2(q, k, v, n); }},
+      {"best", [](const Tensor2& q, const Tensor3& k, const Tensor3& v, std::size_t n) { return opt::gqa_decode_attention(q, k, v, n); }},
   };
   // Shape by shape (the cache is shared by the versions of a shape): MHA, GQA, MQA at each context.
   for (std::int64_t length : {1024, 4096, 16384, 32768, 131072})

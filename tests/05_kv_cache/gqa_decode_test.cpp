@@ -113,6 +113,8 @@ const std::vector<DecodeCase>& cases() {
       // A small odd head size with d_v != d: the SIMD loops' tails and the padding of the values.
       {6, 2, 5, 3, 1, 2},           {6, 2, 5, 3, 7, 11},          {6, 2, 5, 3, 1001, 1003},
       {6, 6, 5, 9, 3000, 3005},     {6, 1, 5, 9, 300, 301},
+      // 16 or more query heads per kv head: v2's scores on the register-blocked micro-kernel.
+      {32, 1, 128, 128, 7, 8},      {32, 1, 128, 128, 1001, 1003}, {16, 1, 5, 3, 300, 302},
   };
   return all;
 }
