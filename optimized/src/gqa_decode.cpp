@@ -41,12 +41,6 @@ inline float dot(const float* q, const float* k, std::size_t d) {
   return sum;
 }
 
-// Hints the cache to fetch n floats from x on (a hint only: nothing is read into a register).
-inline void prefetch(const float* x, std::size_t n) {
-  constexpr std::size_t kLineFloats = 64 / sizeof(float);
-  for (std::size_t i = 0; i < n; i += kLineFloats) __builtin_prefetch(x + i);
-}
-
 // S[r][c] = scale q_r . k_c for r < rows, c < cols (q [rows, d], keys [cols, d], S [rows, lds]).
 // Four keys at a time: a dot product is a chain of dependent FMAs (d / lanes of them, each waiting
 // for the last), so four independent chains keep the FMA units busy; the four keys (4 d floats)
@@ -170,12 +164,6 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
       float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
       for (std::size_t c0 = begin; c0 < end; c0 += block) {
         const std::size_t cols = std::min(block, end - c0);
-        // Ask for the next block's keys and values now, so that they arrive from memory while this
-        // block is computed: the loads alternate between two regions (keys, values), which the
-        // hardware prefetchers alone follow less well than v1's single long runs.
-        const std::size_t next = c0 + block, next_cols = next < end ? std::min(block, end - next) : 0;
-        prefetch(keys + next * d, next_cols * d);
-        prefetch(values + next * d_v, next_cols * d_v);
         // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group.
         if (group >= kMicroKernelRows) {
           // [h/g, d] x [d, block] on chapter 04's micro-kernel: the block's keys transposed to
