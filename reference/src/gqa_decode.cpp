@@ -1,0 +1,63 @@
+#include "tvlab/ref/gqa_decode.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab::ref {
+
+GqaDecodeDims validate_gqa_decode(const char* function, const Tensor2& q, const Tensor3& k_cache,
+                                  const Tensor3& v_cache, std::size_t length, std::optional<double> scale) {
+  require_nonempty(function, "q", q);
+  require_nonempty(function, "k_cache", k_cache);
+  require_nonempty(function, "v_cache", v_cache);
+  const std::size_t heads = q.shape()[0], d = q.shape()[1];
+  const std::size_t kv_heads = k_cache.shape()[0], capacity = k_cache.shape()[1], d_v = v_cache.shape()[2];
+  require_dim(function, "k_cache", k_cache, 2, "head_dim", d, "the keys' dimension is the queries'");
+  require_dim(function, "v_cache", v_cache, 0, "kv heads", kv_heads, "one value head per key head");
+  require_dim(function, "v_cache", v_cache, 1, "capacity", capacity, "the value cache holds the key cache's positions");
+  require(heads % kv_heads == 0, function, "the query heads (", heads, ", rows of q) must be a multiple of the kv heads (",
+          kv_heads, ", first axis of k_cache): each kv head serves h/g query heads");
+  require(length >= 1 && length <= capacity, function, "length (", length, ") must be in [1, capacity = ", capacity,
+          "]: the step attends to at least the token itself and to no position the cache has no room for");
+  const double scale_value = scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  require(std::isfinite(scale_value) && scale_value > 0.0 && scale_value <= std::numeric_limits<float>::max(), function,
+          "scale (", scale_value, ") must be positive and representable in float");
+  require_finite_max_abs(function, "q", q);
+  return {heads, kv_heads, heads / kv_heads, capacity, length, d, d_v, scale_value};
+}
+
+GqaDecodeOutput gqa_decode_attention(const Tensor2& q, const Tensor3& k_cache, const Tensor3& v_cache,
+                                     std::size_t length, std::optional<double> scale) {
+  const GqaDecodeDims dims = validate_gqa_decode("gqa_decode_attention", q, k_cache, v_cache, length, scale);
+  const auto& [heads, kv_heads, group, capacity, n, d, d_v, scale_value] = dims;
+  GqaDecodeOutput result{Tensor2::from_shape({heads, d_v}), Tensor1::from_shape({heads})};
+  std::vector<double> s(n), o(d_v);
+  for (std::size_t i = 0; i < heads; ++i) {
+    const std::size_t kv = i / group;  // query head i reads kv head floor(i / (h/g))
+    // s_j = scale q_i . k_j over the cached positions j < length; m = max_j s_j
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < n; ++j) {
+      double dot = 0.0;
+      for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(q(i, e)) * k_cache(kv, j, e);
+      s[j] = scale_value * dot;
+      m = std::max(m, s[j]);
+    }
+    // l = sum_j e^{s_j - m};  o = sum_j e^{s_j - m} v_j / l;  L = m + ln l
+    double l = 0.0;
+    std::fill(o.begin(), o.end(), 0.0);
+    for (std::size_t j = 0; j < n; ++j) {
+      const double p = std::exp(s[j] - m);
+      l += p;
+      for (std::size_t e = 0; e < d_v; ++e) o[e] += p * v_cache(kv, j, e);
+    }
+    for (std::size_t e = 0; e < d_v; ++e) result.out(i, e) = static_cast<float>(o[e] / l);
+    result.lse(i) = static_cast<float>(m + std::log(l));
+  }
+  return result;
+}
+
+}  // namespace tvlab::ref
