@@ -457,7 +457,7 @@ int run(const Options& o, const GlobalOptions& g) {
       .work("the loop reference's scores, exponentials and P V (forward and backward), and the other backends'",
             {sixteen_bit ? 2u : 3u, heads, n, n_k, 2 * d + kExpCost}, seq_option,
             backends_work_factor(o.backend, backends));
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
   const Inputs in = command_inputs(g.seed, heads, n, n_k, d, load);
   const ch04::Backend& reference = reference_backend(ch04::backends());
   const double tol = tolerance(in, cfg.inputs);
