@@ -337,7 +337,7 @@ int run(const Options& o, const GlobalOptions& g) {
   if (o.step || !o.svg.empty())
     cost.memory("--step's matrices in double", {4, n_q, n_k}, sizeof(double), seq_option)
         .work("--step's products in double", {2, n_q, n_k, d}, seq_option);
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
   Rng rng(g.seed);
   const Tensor3 q = load.enabled() ? load.tensor3("q", {heads, n_q, d}, "[heads, seq, head_dim]")
                                    : rng.normal_tensor(heads, n_q, d);

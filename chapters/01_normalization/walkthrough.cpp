@@ -413,7 +413,7 @@ int run(const Options& o, const GlobalOptions& g) {
               "--tokens")
       .memory("the FFN's hidden activations", {3, tokens, d_ff}, sizeof(float), "--tokens")
       .work("the loop reference's FFN products", {3, tokens, d, d_ff}, "--tokens");
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
   Rng rng(g.seed);
   const Tensor2 x = load.enabled() ? load.tensor2("x", {tokens, d}, "[tokens, d_model]") : rng.normal_matrix(tokens, d);
   const Tensor1 gamma = load.enabled() ? load.tensor1("gamma", {d}, "[d_model] (that of x.npy)")

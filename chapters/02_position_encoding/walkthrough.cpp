@@ -758,7 +758,7 @@ int run(const Options& given, const GlobalOptions& g) {
               sizeof(float), "--seq")
       .work("the loop reference's two causal attentions, and the other backends'", {heads, n, n, 2 * d + kExpCost},
             "--seq", backends_work_factor(o.backend, backends));
-  cost.require_affordable(g);
+  cost.require_affordable(g, given);
   // n = the last position + 1: dynamic NTK rescales its base for it, longrope picks its list by it.
   const long long seq_len = o.first_position + o.seq;
   const RopeFrequencies freqs = ref::rope_frequencies(cfg, seq_len);

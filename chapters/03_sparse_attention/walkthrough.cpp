@@ -876,14 +876,14 @@ int run(const Options& o, const GlobalOptions& g) {
       .memory("q, k, v and two outputs per backend", {2 * backends + 3, heads, n, d}, sizeof(float), "--seq")
       .work("the loop reference's scores, weights and weighted sums, for the two functions",
             {2, heads, n, rows_keys, d * (1 + kExpCost) + d}, "--seq", backends_work_factor(o.backend, backends));
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
   if (choice.name == "layout") choice.layout = read_layout(o.layout, n, choice.block);
   const HeadPatterns patterns = build_patterns(choice);
   std::uint64_t partial_blocks = 0;
   for (const SparsePattern& p : patterns) partial_blocks += partial_block_count(p, choice.block);
   RunCost masks;
   masks.memory("the block layouts' masks", {partial_blocks, choice.block, choice.block}, 1, "--block");
-  masks.require_affordable(g);
+  masks.require_affordable(g, o);
   const HeadLayouts layouts = to_block_layouts(patterns, choice.block, choice.block);
   std::optional<SlidingWindow> window;
   if (choice.name == "window") {

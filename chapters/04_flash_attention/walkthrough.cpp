@@ -350,51 +350,67 @@ std::string markdown(const GlobalOptions&) {
 
 // ------------------------------------------------------------------------------------- --step
 
-// Prints query 0 of head 0 tile by tile; returns its scores s_j (in double, for --dump).
+// Prints one query of head 0 tile by tile; returns its scores s_j (in double, for --dump). The
+// query is row 0, or with a mask the last row (under a causal mask row 0 sees one key only); the
+// mask's hidden keys score -inf and a key tile it hides entirely is skipped, as the kernels do.
 DTensor2 step_through(const Inputs& in, const FlashConfig& cfg) {
   std::ostream& out = std::cout;
-  const std::size_t n = in.k.shape()[1], d = in.q.shape()[2];  // n: the keys
+  const std::size_t n_q = in.q.shape()[1], n = in.k.shape()[1], d = in.q.shape()[2];  // n: the keys
+  const AttentionMask& mask = cfg.mask;
+  const std::size_t i = mask.is_none() ? 0 : n_q - 1;
   const double scale = 1 / std::sqrt(static_cast<double>(d));
-  out << "Flash attention, head 0, query 0 (n_q = " << in.q.shape()[1] << ", n_k = " << n << ", d = " << d
-      << ", key tiles of " << cfg.block_k << ")\n";
-  // The scores of query 0, all of them, for reference.
+  constexpr double neg_inf = -std::numeric_limits<double>::infinity();
+  out << "Flash attention, head 0, query " << i << " (n_q = " << n_q << ", n_k = " << n << ", d = " << d
+      << ", key tiles of " << cfg.block_k << (mask.is_none() ? "" : "; the mask's hidden keys score -inf") << ")\n";
+  // s_j = q_i . k_j / sqrt(d) + b_ij where the mask allows key j, -inf where it hides it.
   DTensor2 s = DTensor2::from_shape({1, n});
   for (std::size_t j = 0; j < n; ++j) {
     double dot = 0;
-    for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(in.q(0, 0, e)) * in.k(0, j, e);
-    s(0, j) = scale * dot;
+    for (std::size_t e = 0; e < d; ++e) dot += static_cast<double>(in.q(0, i, e)) * in.k(0, j, e);
+    s(0, j) = mask.allows(i, j, n_q, n) ? scale * dot + mask.score_bias(0, i, j, n_q, n) : neg_inf;
   }
-  print_step(out, 1, "the scores s_j = q_0 . k_j / sqrt(d) (flash never stores this row; shown for checking)");
+  const std::string name = "q_" + std::to_string(i);
+  print_step(out, 1, "the scores s_j = " + name + " . k_j / sqrt(d)" + (mask.is_none() ? "" : " + mask") +
+                         " (flash never stores this row; shown for checking)");
   print_matrix(out, "s", s, 4, 16);
   // Online softmax with the output accumulator, one key tile at a time.
-  double m = -std::numeric_limits<double>::infinity(), l = 0;
+  double m = neg_inf, l = 0;
   DTensor2 acc = xt::zeros<double>({std::size_t{1}, in.v.shape()[2]});
   int step = 2;
   for (std::size_t c0 = 0; c0 < n; c0 += cfg.block_k) {
     const std::size_t c1 = std::min(n, c0 + cfg.block_k);
-    double tile_max = -std::numeric_limits<double>::infinity();
+    double tile_max = neg_inf;
     for (std::size_t j = c0; j < c1; ++j) tile_max = std::max(tile_max, s(0, j));
+    std::ostringstream title;
+    title << "key tile [" << c0 << ", " << c1 << "): ";
+    if (tile_max == neg_inf) {  // every key of the tile hidden: nothing to add, the state stays
+      title << "every key hidden by the mask, skipped";
+      print_step(out, step++, title.str());
+      continue;
+    }
     const double m_new = std::max(m, tile_max);
     const double correction = std::isinf(m) ? 0.0 : std::exp(m - m_new);
     double tile_sum = 0;
     acc *= correction;
     for (std::size_t j = c0; j < c1; ++j) {
-      const double p = std::exp(s(0, j) - m_new);
+      const double p = std::exp(s(0, j) - m_new);  // 0 for a hidden key
       tile_sum += p;
       for (std::size_t e = 0; e < acc.shape()[1]; ++e) acc(0, e) += p * in.v(0, j, e);
     }
     l = l * correction + tile_sum;
     m = m_new;
-    std::ostringstream title;
-    title << "key tile [" << c0 << ", " << c1 << "): m = max(m, " << fixed(tile_max, 4) << ") = " << fixed(m, 4)
-          << ", old state times e^(m_old - m) = " << fixed(correction, 4) << ", l = " << fixed(l, 4);
+    title << "m = max(m, " << fixed(tile_max, 4) << ") = " << fixed(m, 4) << ", old state times e^(m_old - m) = "
+          << fixed(correction, 4) << ", l = " << fixed(l, 4);
     print_step(out, step++, title.str());
     print_matrix(out, "O~ (unnormalised)", acc);
   }
-  print_step(out, step++, "O = O~ / l and L = m + ln l = " + fixed(m + std::log(l), 6));
-  print_matrix(out, "O", DTensor2(acc / l));
+  // A row the mask hides entirely gets O = 0 and L = -inf (chapter 00's convention).
+  const bool attended = l > 0;
+  print_step(out, step++, "O = O~ / l and L = m + ln l = " + (attended ? fixed(m + std::log(l), 6) : std::string("-inf")));
+  print_matrix(out, "O", attended ? DTensor2(acc / l) : DTensor2(acc * 0.0));
   const FlashOutput r = ref::flash_attention_forward(in.q, in.k, in.v, cfg);
-  print_matrix(out, "ref::flash_attention_forward, row 0", Tensor2(xt::view(r.out, 0, xt::range(0, 1), xt::all())));
+  print_matrix(out, "ref::flash_attention_forward, row " + std::to_string(i),
+               Tensor2(xt::view(r.out, 0, xt::range(i, i + 1), xt::all())));
   print_step(out, step, "the same two numbers from the two-pass softmax: the online version is exact");
   const ref::SoftmaxState whole = ref::online_softmax_update({}, std::span<const float>(Tensor1(xt::cast<float>(xt::view(s, 0, xt::all()))).data(), n));
   out << "  m = " << fixed(whole.max, 4) << ", l = " << fixed(whole.sum, 4) << "\n";
@@ -457,7 +473,7 @@ int run(const Options& o, const GlobalOptions& g) {
       .work("the loop reference's scores, exponentials and P V (forward and backward), and the other backends'",
             {sixteen_bit ? 2u : 3u, heads, n, n_k, 2 * d + kExpCost}, seq_option,
             backends_work_factor(o.backend, backends));
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
   const Inputs in = command_inputs(g.seed, heads, n, n_k, d, load);
   const ch04::Backend& reference = reference_backend(ch04::backends());
   const double tol = tolerance(in, cfg.inputs);

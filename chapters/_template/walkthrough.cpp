@@ -88,7 +88,7 @@ int run(const Options& o, const GlobalOptions& g) {
   cost.memory("the input and every backend's output", {example::backends().size() + 1, rows, cols}, sizeof(float),
               "--cols")
       .work("the loop reference's exponentials", {rows, cols}, "--cols");
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols), 0.0, 3.0);
   const auto run_one = [&](const example::Backend& b) -> std::optional<Run> {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -81,6 +82,23 @@ double amount_of(std::initializer_list<std::uint64_t> dims, std::uint64_t per_el
   return static_cast<double>(*count) * static_cast<double>(per_element);
 }
 
+// The options a `--load` sets from the arrays' shapes (size_from_load) instead of the command line.
+bool set_by_load(const std::string& option, const StandardOptions& standard) {
+  static const char* const kSizes[] = {"--heads", "--seq", "--seq-k", "--head-dim", "--tokens", "--d-model", "--d-ff"};
+  return !standard.load.empty() && std::find(std::begin(kSizes), std::end(kSizes), option) != std::end(kSizes);
+}
+
+// The option a refusal names, and what it advises: the size option itself, or --load when the
+// loaded arrays set that size.
+struct Blame {
+  std::string option, remedy;
+};
+Blame blame(const std::string& option, const StandardOptions& standard) {
+  if (set_by_load(option, standard))
+    return {"--load", "load smaller arrays (theirs set " + option + ")"};
+  return {option, "make " + option + " smaller"};
+}
+
 }  // namespace
 
 RunCost& RunCost::memory(const std::string& what, std::initializer_list<std::uint64_t> dims,
@@ -100,7 +118,7 @@ double backends_work_factor(const std::string& selection, std::size_t backends) 
   return 1.0 + 0.5 * others;
 }
 
-void RunCost::require_affordable(const GlobalOptions& global) const {
+void RunCost::require_affordable(const GlobalOptions& global, const StandardOptions& standard) const {
   const auto largest = [](const std::vector<Part>& parts) {
     return *std::max_element(parts.begin(), parts.end(),
                              [](const Part& a, const Part& b) { return a.amount < b.amount; });
@@ -112,9 +130,10 @@ void RunCost::require_affordable(const GlobalOptions& global) const {
     const double limit = static_cast<double>(limited ? global.max_memory_bytes : available_memory());
     if (total > limit) {
       const Part& big = largest(memory_);
-      fail(big.option, "this run needs ", approximately(total), " of memory (", big.what, ": ",
+      const Blame b = blame(big.option, standard);
+      fail(b.option, "this run needs ", approximately(total), " of memory (", big.what, ": ",
            approximately(big.amount), "), more than the ", format_bytes(limit),
-           limited ? " --max-memory allows" : " this machine has available", ": make ", big.option, " smaller");
+           limited ? " --max-memory allows" : " this machine has available", ": ", b.remedy);
     }
   }
   if (!work_.empty()) {
@@ -123,14 +142,15 @@ void RunCost::require_affordable(const GlobalOptions& global) const {
     const double seconds = total / loop_speed;
     if (seconds > global.time_limit) {
       const Part& big = largest(work_);
+      const Blame b = blame(big.option, standard);
       std::ostringstream estimate;
       estimate.precision(2);
       estimate << total << " multiply-adds (" << big.what << ")";
-      fail(big.option, "this run needs about ", estimate.str(), ", about ",
+      fail(b.option, "this run needs about ", estimate.str(), ", about ",
            std::isfinite(seconds) && seconds < 1e7 ? std::to_string(static_cast<long long>(seconds)) + " s"
                                                    : std::string("forever"),
-           " for the loop reference, more than --time-limit (", global.time_limit, " s): make ", big.option,
-           " smaller or raise --time-limit");
+           " for the loop reference, more than --time-limit (", global.time_limit, " s): ", b.remedy,
+           " or raise --time-limit");
     }
   }
 }

@@ -18,6 +18,7 @@
 namespace tvlab::cli {
 
 struct GlobalOptions;
+struct StandardOptions;
 
 /// The product of `dims`, or nothing when it does not fit in 64 bits.
 std::optional<std::uint64_t> checked_product(std::initializer_list<std::uint64_t> dims);
@@ -55,8 +56,9 @@ class RunCost {
 
   /// Throws tvlab::Error naming the option of the largest part when the memory exceeds
   /// `--max-memory` (default: the memory available now) or the work exceeds `--time-limit`
-  /// seconds at the assumed speed of loop code.
-  void require_affordable(const GlobalOptions& global) const;
+  /// seconds at the assumed speed of loop code. With `--load` (`standard.load`), a size that the
+  /// loaded arrays set (`--seq`, `--heads`, ...) is named as `--load`, the option the user gave.
+  void require_affordable(const GlobalOptions& global, const StandardOptions& standard) const;
 
   /// Multiply-adds per second assumed for loop code (a scalar reference loop on one core).
   static constexpr double loop_speed = 1e9;

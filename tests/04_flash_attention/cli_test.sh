@@ -4,6 +4,16 @@
 source "$(dirname "$0")/../common/cli_lib.sh"
 
 check "flash --step" 0 "" -- "$tvlab" flash --step --backend ref
+# With a mask, --step walks the last query row: hidden keys score -inf, a hidden tile is skipped,
+# and the online result is the reference's row.
+check "flash --step with a causal window" 0 "" -- "$tvlab" flash --step --backend ref --seq 8 --block-k 3 --window 2 --causal
+grep -q "query 7 " "$tmp/out" && pass "--step with a mask walks the last query" || fail "--step with a mask does not walk query 7"
+grep -q "key tile \[0, 3): every key hidden by the mask, skipped" "$tmp/out" && pass "--step skips the hidden tile" \
+  || fail "--step does not skip the key tile the window hides"
+online=$(grep -A1 "^O  \[1 x" "$tmp/out" | tail -1)
+reference=$(grep -A1 "^ref::flash_attention_forward, row 7" "$tmp/out" | tail -1)
+[ -n "$online" ] && [ "$online" = "$reference" ] && pass "--step's O is the reference's row 7" \
+  || fail "--step's O ($online) is not the reference's row 7 ($reference)"
 check "flash: block 0 names the option" 2 "--block-k" -- "$tvlab" flash --block-k 0
 check "flash: causal with a cuda backend skips it" 0 "" -- "$tvlab" flash --causal --seq 40 --backend all
 check "flash --inputs bf16 (ref emulates, opt skips)" 0 "" -- "$tvlab" flash --inputs bf16 --seq 40 --block-q 16 --block-k 16 --backend all

@@ -108,6 +108,9 @@ check_load_errors() {
     cp -r "$tmp/first" "$tmp/bad"
     rm -f "$tmp/bad/$name.npy"
   }
+  # The loaded arrays set the sizes, so a run too large is refused naming --load, not --seq.
+  check "$alias --load under --max-memory 1 (byte) names --load" 2 "^tvlab: --load: this run needs .*load smaller arrays" -- \
+    "$tvlab" --max-memory 1 "$alias" "$@" --load "$tmp/first"
   check "$alias --load: no such folder" 2 "--load: $tmp/none is not a folder" -- "$tvlab" "$alias" "$@" --load "$tmp/none"
   check "$alias --load: a file, not a folder" 2 "is not a folder" -- "$tvlab" "$alias" "$@" --load "$tmp/first/$name.npy"
   broken
