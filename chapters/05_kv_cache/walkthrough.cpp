@@ -825,7 +825,7 @@ int run(const Options& o, const GlobalOptions& g) {
       .memory("the variants' weights", {16, l.d_model, width}, sizeof(float), weights_option)
       .work("the variants' attention over the cache", {8, n, n, width}, tokens_option)
       .work("the variants' projections", {8, n, l.d_model, width}, l.d_model >= n ? "--d-model" : tokens_option);
-  cost.require_affordable(g);
+  cost.require_affordable(g, o);
 
   if (g.format != "json") {  // JSON is the registry's report alone
     std::cout << "KV cache: a layer of d_model " << l.d_model << " with " << l.heads << " query heads of " << l.head_dim
