@@ -36,13 +36,15 @@ struct PagedRows {
 template <class Rows>
 __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(DecodeArgs a, Rows rows) {
   extern __shared__ float shared[];
-  const long long d = static_cast<long long>(a.head_dim), dv = static_cast<long long>(a.head_dim_v);
-  const long long pitch = static_cast<long long>(decode_key_pitch(a.head_dim));
+  // Indices within the block's shared arrays fit in int (they index at most 227 KiB); positions,
+  // rows and heads of the cache are long long.
+  const int d = static_cast<int>(a.head_dim), dv = static_cast<int>(a.head_dim_v);
+  const int pitch = static_cast<int>(decode_key_pitch(a.head_dim));
+  const int tile = static_cast<int>(a.tile), heads_per_block = static_cast<int>(a.heads_per_block);
   const long long heads = static_cast<long long>(a.heads), group = heads / static_cast<long long>(a.kv_heads);
-  const long long tile = static_cast<long long>(a.tile), heads_per_block = static_cast<long long>(a.heads_per_block);
   const long long split = blockIdx.x, g = blockIdx.y, chunk = blockIdx.z;
-  const long long hb = min(heads_per_block, group - chunk * heads_per_block);  // >= 1: chunks = ceil(group / H_b)
-  const long long head0 = g * group + chunk * heads_per_block;                 // this block's first query head
+  const int hb = static_cast<int>(min(static_cast<long long>(heads_per_block), group - chunk * heads_per_block));  // >= 1
+  const long long head0 = g * group + chunk * heads_per_block;  // this block's first query head
   const long long begin = split * static_cast<long long>(a.split_length);      // < length: every split is non-empty
   const long long end = min(static_cast<long long>(a.length), begin + static_cast<long long>(a.split_length));
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
@@ -55,37 +57,38 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(DecodeArgs
   float* c_s = l_s + heads_per_block;         // [H_b]
   float* k_s = c_s + heads_per_block;         // [T, pitch]
   float* v_s = a.values_in_keys ? k_s : k_s + tile * pitch;
-  const long long v_pitch = a.values_in_keys ? pitch : dv;
+  const int v_pitch = a.values_in_keys ? pitch : dv;
 
   // The block's query rows (consecutive heads are consecutive rows of q), and empty states:
   // m = -inf, l = 0, O~ = 0.
-  for (long long x = tid; x < hb * d; x += blockDim.x) q_s[x] = a.q[head0 * d + x];
-  for (long long x = tid; x < hb * dv; x += blockDim.x) o_s[x] = 0.0f;
-  for (long long r = tid; r < hb; r += blockDim.x) {
+  for (int x = tid; x < hb * d; x += blockDim.x) q_s[x] = a.q[head0 * d + x];
+  for (int x = tid; x < hb * dv; x += blockDim.x) o_s[x] = 0.0f;
+  for (int r = tid; r < hb; r += blockDim.x) {
     m_s[r] = -INFINITY;
     l_s[r] = 0.0f;
   }
   __syncthreads();
 
   for (long long t0 = begin; t0 < end; t0 += tile) {
-    const long long n = min(tile, end - t0);  // positions in this tile
-    // Stage the tile's keys (and values): consecutive threads read consecutive floats of a row.
-    for (long long x = tid; x < n * d; x += blockDim.x) {
-      const long long t = x / d, e = x % d;
-      k_s[t * pitch + e] = a.k[rows(g, t0 + t) * static_cast<long long>(a.k_stride) + e];
-    }
-    if (!a.values_in_keys)
-      for (long long x = tid; x < n * dv; x += blockDim.x) {
-        const long long t = x / dv, e = x % dv;
-        v_s[t * dv + e] = a.v[rows(g, t0 + t) * static_cast<long long>(a.v_stride) + e];
+    const int n = static_cast<int>(min(static_cast<long long>(tile), end - t0));  // positions in this tile
+    // Stage the tile's keys (and values), one warp per position: the row is found once (the only
+    // step where the cache's layout matters), and its 32 lanes read consecutive floats of it.
+    for (int t = warp; t < n; t += warps) {
+      const long long row = rows(g, t0 + t);
+      const float* k_row = a.k + row * static_cast<long long>(a.k_stride);
+      for (int e = lane; e < d; e += 32) k_s[t * pitch + e] = k_row[e];
+      if (!a.values_in_keys) {
+        const float* v_row = a.v + row * static_cast<long long>(a.v_stride);
+        for (int e = lane; e < dv; e += 32) v_s[t * dv + e] = v_row[e];
       }
+    }
     __syncthreads();
 
     // s_rt = scale (q_r . k_t): one thread per (head, position) of the tile.
-    for (long long x = tid; x < hb * n; x += blockDim.x) {
-      const long long r = x / n, t = x % n;
+    for (int x = tid; x < hb * n; x += blockDim.x) {
+      const int r = x / n, t = x % n;
       float dot = 0.0f;
-      for (long long e = 0; e < d; ++e) dot += q_s[r * d + e] * k_s[t * pitch + e];
+      for (int e = 0; e < d; ++e) dot += q_s[r * d + e] * k_s[t * pitch + e];
       p_s[r * tile + t] = dot * a.scale;
     }
     __syncthreads();
@@ -94,13 +97,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(DecodeArgs
     // l' = e^{m - m'} l + sum_t p_rt; corr = e^{m - m'} rescales O~ below (0 on the first tile,
     // where m = -inf; m' is finite, as the scores are). The loop over r is the same for the 32
     // lanes of a warp, so the shuffles of warp_max / warp_sum see the whole warp.
-    for (long long r = warp; r < hb; r += warps) {
+    for (int r = warp; r < hb; r += warps) {
       const float m_old = m_s[r];
       float tile_max = -INFINITY;
-      for (long long t = lane; t < n; t += 32) tile_max = fmaxf(tile_max, p_s[r * tile + t]);
+      for (int t = lane; t < n; t += 32) tile_max = fmaxf(tile_max, p_s[r * tile + t]);
       const float m_new = fmaxf(m_old, detail::warp_max(tile_max));
       float sum = 0.0f;
-      for (long long t = lane; t < n; t += 32) {
+      for (int t = lane; t < n; t += 32) {
         const float p = expf(p_s[r * tile + t] - m_new);
         p_s[r * tile + t] = p;
         sum += p;
@@ -117,10 +120,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(DecodeArgs
 
     // O~_r <- corr_r O~_r + sum_t p_rt v_t: each thread owns the same elements (r, e) of O~ on
     // every tile, so no two threads write one element.
-    for (long long x = tid; x < hb * dv; x += blockDim.x) {
-      const long long r = x / dv, e = x % dv;
+    for (int x = tid; x < hb * dv; x += blockDim.x) {
+      const int r = x / dv, e = x % dv;
       float acc = o_s[x] * c_s[r];
-      for (long long t = 0; t < n; ++t) acc += p_s[r * tile + t] * v_s[t * v_pitch + e];
+      for (int t = 0; t < n; ++t) acc += p_s[r * tile + t] * v_s[t * v_pitch + e];
       o_s[x] = acc;
     }
     __syncthreads();  // the next tile overwrites K, V, P and corr
@@ -128,8 +131,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_split_kernel(DecodeArgs
 
   // The split's partial state of each head: m_s, l_s at [split, head], O~_s at [split, head, :].
   const long long first = split * heads + head0;
-  for (long long x = tid; x < hb * dv; x += blockDim.x) a.partial_o[first * dv + x] = o_s[x];
-  for (long long r = tid; r < hb; r += blockDim.x) {
+  for (int x = tid; x < hb * dv; x += blockDim.x) a.partial_o[first * dv + x] = o_s[x];
+  for (int r = tid; r < hb; r += blockDim.x) {
     a.partial_m[first + r] = m_s[r];
     a.partial_l[first + r] = l_s[r];
   }

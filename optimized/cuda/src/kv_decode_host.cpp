@@ -19,8 +19,10 @@ namespace {
 
 constexpr std::size_t kHeadsPerBlock = 16;     // query heads per thread block, at most
 constexpr std::size_t kTile = 32;              // positions staged at a time, at most
-constexpr std::size_t kTargetBlocks = 264;     // two thread blocks per multiprocessor of an H100 / H200 (132)
-constexpr std::size_t kMinSplitLength = 128;   // below this a split's partial state and merge cost more than its keys
+// Enough thread blocks to keep the memory system busy: four per multiprocessor of an H100 / H200
+// (132), the best of 1 to 8 per multiprocessor measured on an H200 for GQA, MQA and MHA shapes.
+constexpr std::size_t kTargetBlocks = 528;
+constexpr std::size_t kMinSplitLength = 32;    // one tile: a shorter split's partial state costs more than its keys
 constexpr std::size_t kGridYZ = 65535;         // the most thread blocks along y and z of a CUDA grid
 constexpr std::size_t kGridX = 0x7fffffffU;    // and along x
 

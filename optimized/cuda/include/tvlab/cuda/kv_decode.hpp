@@ -33,8 +33,8 @@ using ref::MlaDecodeAttention;
 /// @ingroup ch05
 /// See `ref::gqa_decode_attention`: q `[h, d]`, k_cache `[g, capacity, d]`, v_cache
 /// `[g, capacity, d_v]`, the first `length` positions attended; returns out `[h, d_v]` and lse `[h]`.
-/// The split count is chosen for the shape: about 264 thread blocks in all (two per
-/// multiprocessor of an H100 / H200), no split shorter than 128 positions. Same checks
+/// The split count is chosen for the shape: about 528 thread blocks in all (four per
+/// multiprocessor of an H100 / H200), no split shorter than one tile of 32 positions. Same checks
 /// (`ref::validate_gqa_decode`); the whole caches are copied to the device, the positions past
 /// `length` are never read.
 GqaDecodeOutput gqa_decode_attention(const Tensor2& q, const Tensor3& k_cache, const Tensor3& v_cache,
