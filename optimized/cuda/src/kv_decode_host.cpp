@@ -69,6 +69,17 @@ void cut_positions(const char* fn, device::DecodeArgs& a, std::size_t requested)
   a.splits = (a.length + a.split_length - 1) / a.split_length;  // the last range is non-empty
 }
 
+}  // namespace
+
+namespace device {
+void plan_decode(const char* function, DecodeArgs& args, std::size_t requested_splits) {
+  fit_shared_memory(function, args);
+  cut_positions(function, args, requested_splits);
+}
+}  // namespace device
+
+namespace {
+
 // The device side of one step after the keys and values are bound: the queries, the workspace and
 // the outputs, all but the queries filled with NaN bytes first (an element the kernels never write
 // comes back as NaN), the launch, and out [heads, head_dim_v] and lse [heads] copied back.
@@ -105,8 +116,7 @@ GqaDecodeOutput gqa_decode(const Tensor2& q, const Tensor3& k_cache, const Tenso
   a.v_stride = dims.d_v;
   a.capacity = dims.capacity;
   a.scale = static_cast<float>(dims.scale);
-  fit_shared_memory(fn, a);
-  cut_positions(fn, a, requested_splits);
+  device::plan_decode(fn, a, requested_splits);
   // The whole caches: the kernel reads only the first `length` positions of each kv head.
   const DeviceBuffer<float> k(k_cache.data(), k_cache.size()), v(v_cache.data(), v_cache.size());
   a.k = k.get();
@@ -142,8 +152,7 @@ Tensor2 paged_decode(const Tensor2& q, const PagedKvCache& cache, std::span<cons
   a.head_dim = a.head_dim_v = a.k_stride = a.v_stride = cache.head_dim();
   a.block_size = cache.block_size();
   a.scale = static_cast<float>(s);
-  fit_shared_memory(fn, a);
-  cut_positions(fn, a, requested_splits);
+  device::plan_decode(fn, a, requested_splits);
   // The pools as they are, and the table's entries for the ceil(n / b) blocks the tokens fill.
   const std::size_t blocks = (context_len + a.block_size - 1) / a.block_size;
   const std::vector<unsigned long long> table(block_table.begin(), block_table.begin() + static_cast<std::ptrdiff_t>(blocks));
@@ -171,8 +180,7 @@ MlaDecodeAttention mla_decode(const Tensor2& q_absorbed, const Tensor2& latents,
   a.values_in_keys = true;  // the values c^KV_j are the first d_c columns of the key rows
   a.capacity = length;
   a.scale = static_cast<float>(scale);
-  fit_shared_memory(fn, a);
-  cut_positions(fn, a, requested_splits);
+  device::plan_decode(fn, a, requested_splits);
   // Row j of the device cache is [c^KV_j; k^R_j], d_c + d_h^R floats: the first `length` rows only.
   std::vector<float> rows(length * width);
   for (std::size_t j = 0; j < length; ++j) {

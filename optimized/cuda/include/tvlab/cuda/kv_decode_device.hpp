@@ -82,6 +82,15 @@ inline std::size_t decode_shared_bytes(const DecodeArgs& a) {
   return floats * sizeof(float);
 }
 
+/// Sizes the work of a step whose shapes (heads, kv_heads, length, head_dim, head_dim_v,
+/// values_in_keys) are set, as the host-tensor wrappers do: `heads_per_block` and `tile` (16 and 32,
+/// halved until a thread block's shared memory fits the device), then `splits` and `split_length`
+/// (at most `requested_splits` ranges, or, for 0, enough for about four thread blocks per
+/// multiprocessor of an H100 / H200 and no range shorter than a tile). The workspace it needs is
+/// then `splits * heads * (head_dim_v + 2)` floats. Throws `tvlab::Error` naming `function` when a
+/// limit of the device or of a CUDA grid is exceeded. (Defined in kv_decode_host.cpp.)
+void plan_decode(const char* function, DecodeArgs& args, std::size_t requested_splits = 0);
+
 /// The decode step: the split kernel, grid (splits, kv_heads, head chunks), writes every split's
 /// partial state; the merge kernel, one thread block per query head, combines them into `out`
 /// and `lse`. fp32 throughout.
