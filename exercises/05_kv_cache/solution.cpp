@@ -64,6 +64,12 @@ TokenSlot paged_append(PagedPool& pool, PagedSequence& seq, const Tensor2& k_t, 
   require_finite(fn, "v_t", v_t);
   // Token t goes to logical block floor(t / b), slot t mod b.
   const std::size_t b = cfg.block_size, t = seq.length, slot = t % b;
+  // A table of ceil(t / b) blocks in use of this pool, or the lookup below would read past it.
+  require(seq.block_table.size() == (t + b - 1) / b, fn, "seq has ", seq.block_table.size(),
+          " blocks in its table for length ", t, ", expected ceil(length / block_size) = ", (t + b - 1) / b);
+  for (const std::size_t block : seq.block_table)
+    require(block < cfg.num_blocks && pool.ref_counts[block] > 0, fn, "seq's block table holds block ", block,
+            ", which is not a block in use of this pool (num_blocks = ", cfg.num_blocks, ")");
   const bool needs_new_block = slot == 0;  // the last block is full, or there is none
   const bool last_block_shared = !needs_new_block && pool.ref_counts[seq.block_table.back()] > 1;
   // Checked before anything changes, so that a refused append leaves the pool as it was.

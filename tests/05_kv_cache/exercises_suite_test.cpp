@@ -487,7 +487,7 @@ TEST_P(PagedAppendExercise, an_append_that_needs_a_block_when_none_is_free_is_re
   EXPECT_EQ(pool.free_list, twins.pool().free_list) << "a refused append must leave the free stack as it was";
 }
 
-TEST_P(PagedAppendExercise, a_token_of_the_wrong_shape_or_not_finite_is_refused) {
+TEST_P(PagedAppendExercise, a_bad_token_or_a_bad_table_is_refused) {
   const PagedBackend& impl = GetParam();
   TVLAB_EXERCISE(impl, "05.2");
   student::PagedPool pool = student::make_paged_pool({.num_blocks = 4, .block_size = 2, .num_kv_heads = 2, .head_dim = 3});
@@ -501,6 +501,12 @@ TEST_P(PagedAppendExercise, a_token_of_the_wrong_shape_or_not_finite_is_refused)
   EXPECT_TRUE(throws_error_naming([&] { impl.append(pool, seq, good, nan); }, {"v_t"})) << "v_t with a NaN";
   EXPECT_EQ(seq.length, 0u) << "a refused append stores nothing";
   EXPECT_EQ(pool.free_list.size(), 4u) << "a refused append takes no block";
+  student::PagedSequence no_table{.block_table = {}, .length = 3};
+  EXPECT_TRUE(throws_error_naming([&] { impl.append(pool, no_table, good, good); }, {"seq"}))
+      << "a sequence of 3 tokens with an empty block table: token 3 would be looked up in table[0]";
+  student::PagedSequence free_block{.block_table = {2}, .length = 1};
+  EXPECT_TRUE(throws_error_naming([&] { impl.append(pool, free_block, good, good); }, {"seq"}))
+      << "a table that points at block 2, which is free (reference count 0)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch05, PagedAppendExercise,

@@ -89,8 +89,9 @@ inline void paged_free(PagedPool& pool, PagedSequence& seq) {
 /// the sequence takes the free block on top of the stack (count 1); when its last block is shared
 /// (count > 1) it first copies that block into a free one, points its table at the copy and leaves
 /// the original one reference fewer (copy-on-write). Throws `tvlab::Error` naming `k_t` or `v_t`
-/// (shape, a value that is not finite) or saying that no free block is left; the pool and `seq` are
-/// then unchanged.
+/// (shape, a value that is not finite), naming `seq` (a table that is not
+/// \f$ \lceil \text{length}/b \rceil \f$ blocks in use of `pool`), or saying that no free block is
+/// left; the pool and `seq` are then unchanged.
 TokenSlot paged_append(PagedPool& pool, PagedSequence& seq, const Tensor2& k_t, const Tensor2& v_t);
 
 }  // namespace tvlab::student
