@@ -184,13 +184,13 @@ std::uint64_t decode_projection_macs(std::size_t p, std::size_t n, std::size_t d
   validate_kv_heads(fn, heads);
   const std::uint64_t h = static_cast<std::uint64_t>(heads.num_heads), g = static_cast<std::uint64_t>(heads.num_kv_heads);
   // One token through all four projections: 2 d d_k (h + g).
-  const std::uint64_t per_token = times(fn, times(fn, 2 * d, d_k), h + g);
-  if (with_cache) return times(fn, p + n, per_token);  // (p + n) 2 d d_k (h + g)
+  const std::uint64_t per_token = times(fn, times(fn, times(fn, 2, d), d_k), h + g);
+  if (with_cache) return times(fn, plus(fn, p, n), per_token);  // (p + n) 2 d d_k (h + g)
   // p 2 d d_k (h + g) + n 2 d h d_k + 2 d g d_k (n p + n (n + 1) / 2)
   const std::uint64_t prompt = times(fn, p, per_token);
-  const std::uint64_t queries_and_outputs = times(fn, n, times(fn, times(fn, 2 * d, h), d_k));
-  const std::uint64_t tokens_reprojected = plus(fn, times(fn, n, p), times(fn, n, n + 1) / 2);
-  const std::uint64_t keys_and_values = times(fn, times(fn, times(fn, 2 * d, g), d_k), tokens_reprojected);
+  const std::uint64_t queries_and_outputs = times(fn, n, times(fn, times(fn, times(fn, 2, d), h), d_k));
+  const std::uint64_t tokens_reprojected = plus(fn, times(fn, n, p), times(fn, n, plus(fn, n, 1)) / 2);
+  const std::uint64_t keys_and_values = times(fn, times(fn, times(fn, times(fn, 2, d), g), d_k), tokens_reprojected);
   return plus(fn, plus(fn, prompt, queries_and_outputs), keys_and_values);
 }
 

@@ -37,6 +37,13 @@ done
 check "kv: MLA with GPUs" 0 "" -- "$tvlab" kv --model deepseek-v2 --seq 131072 --batch 4 --gpus 2 --gpu-memory 80
 grep -q "MLA (d_c + d_h^R)" "$tmp/out" && grep -q "fit on 2 GPU" "$tmp/out" \
   && pass "deepseek-v2: the MLA row and the sequences that fit" || fail "deepseek-v2: MLA row or GPU line missing"
+# Absurd sizes: counts beyond long long's range are printed in scientific notation, never converted.
+check "kv: an absurd --seq" 0 "" -- "$tvlab" kv --model llama-3-8b --seq 9000000000000000000 --batch 1000000000 --gpus 3
+grep -q "cache alone needs: 1.47e+22" "$tmp/out" && grep -q "fit on 3 GPU(s): 0 " "$tmp/out" \
+  && pass "an absurd --seq: 1.47e+22 GPUs, no sequence fits" || fail "an absurd --seq: wrong GPU counts"
+check "kv: an absurd --gpus" 0 "" -- "$tvlab" kv --model llama-3-8b --seq 1 --gpus 9000000000000000000
+grep -q "fit on 9000000000000000000 GPU(s): 5.49e+24 " "$tmp/out" \
+  && pass "an absurd --gpus: 5.49e+24 sequences" || fail "an absurd --gpus: wrong sequence count"
 check "kv --model list" 0 "" -- "$tvlab" kv --model list
 [ "$(grep -c "config.json" "$tmp/out")" -ge 9 ] && pass "--model list names 9 models with their sources" || fail "--model list is short"
 check "kv --model --json" 0 "" -- "$tvlab" kv --model mistral-7b --json

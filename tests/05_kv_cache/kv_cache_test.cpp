@@ -351,6 +351,12 @@ TEST(Ch05KvCache, the_cost_calculator_rejects_zero_sizes_and_counts_beyond_64_bi
   EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, 3, 8, {4, 3}, 3, true); }, {"num_kv_heads (3)"}));
   EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, std::size_t{1} << 40, 4096, heads, 128, false); },
                                   {"decode_projection_macs", "64 bits"}));
+  // The sum p + n and the doubling 2 d are checked too (they wrapped to small counts once).
+  constexpr std::size_t top = std::numeric_limits<std::size_t>::max();
+  EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(top, 1, 1, {1, 1}, 1, true); },
+                                  {"decode_projection_macs", "64 bits"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, 0, top / 2 + 1, {1, 1}, 1, true); },
+                                  {"decode_projection_macs", "64 bits"}));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "common/testing.hpp"
@@ -108,6 +110,29 @@ TEST(Ch05KvMemory, gpus_are_counted_by_rounding_up_and_sequences_by_rounding_dow
   EXPECT_EQ(sequences_that_fit(10e9, 140e9, 2), 2);     // (160 - 140) / 10
   EXPECT_EQ(sequences_that_fit(10e9 + 1, 140e9, 2), 1);
   EXPECT_EQ(sequences_that_fit(1e9, 200e9, 2), 0);      // the weights alone do not fit
+}
+
+TEST(Ch05KvMemory, counts_beyond_long_long_are_refused_not_converted) {
+  // Converting a double of 2^63 or more to long long is undefined behaviour, so the count is
+  // checked first. The largest double below 2^63 (2^63 - 1024) still converts exactly.
+  const double two_to_63 = 9223372036854775808.0;
+  const double below = std::nextafter(two_to_63, 0.0);
+  EXPECT_EQ(gpus_needed(below, 0, 1), static_cast<long long>(below));
+  EXPECT_EQ(sequences_that_fit(1, 0, 1, below), static_cast<long long>(below));
+  EXPECT_TRUE(throws_error_naming([&] { gpus_needed(two_to_63, 0, 1); }, {"gpus_needed", "kv_bytes", "2^63"}));
+  // An absurd sequence length: 1e30 bytes of cache on 80 GB GPUs.
+  EXPECT_TRUE(throws_error_naming([] { gpus_needed(1e30); }, {"gpus_needed", "kv_bytes"}));
+  EXPECT_TRUE(throws_error_naming([&] { sequences_that_fit(1, 0, 1, two_to_63); },
+                                  {"sequences_that_fit", "bytes_per_sequence", "2^63"}));
+  EXPECT_TRUE(throws_error_naming([] { sequences_that_fit(1e-300, 0, 1); }, {"sequences_that_fit", "bytes_per_sequence"}));
+}
+
+TEST(Ch05KvMemory, per_token_sums_of_the_largest_sizes_do_not_overflow) {
+  // (R_K + R_V)(h + d_h) with every size at long long's maximum: the sums are taken in double,
+  // so the result is the product of two doubled maxima, not a wrapped integer.
+  constexpr long long big = std::numeric_limits<long long>::max();
+  const double two_big = 2.0 * static_cast<double>(big);
+  EXPECT_EQ(tpa_kv_elements_per_token(big, big, big, big), two_big * two_big);
 }
 
 TEST(Ch05KvMemory, tensor_parallel_splits_kv_heads_or_replicates_them) {

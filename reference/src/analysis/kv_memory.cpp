@@ -9,6 +9,13 @@
 
 namespace tvlab::analysis {
 
+namespace {
+
+// 2^63, the first whole number a long long cannot hold (exact as a double).
+constexpr double kLongLongLimit = 9223372036854775808.0;
+
+}  // namespace
+
 double kv_bytes_per_element(KvDType dtype) {
   switch (dtype) {
     case KvDType::fp32: return 4;
@@ -80,7 +87,9 @@ double tpa_kv_elements_per_token(long long rank_k, long long rank_v, long long n
   require_positive(fn, "num_heads", num_heads);
   require_positive(fn, "head_dim", head_dim);
   // (R_K + R_V)(h + d_h): each rank-1 term a_r (x) b_r caches a in R^h and b in R^{d_h}.
-  return static_cast<double>(rank_k + rank_v) * static_cast<double>(num_heads + head_dim);
+  // Summed as doubles: the long long sums could overflow.
+  return (static_cast<double>(rank_k) + static_cast<double>(rank_v)) *
+         (static_cast<double>(num_heads) + static_cast<double>(head_dim));
 }
 
 double model_kv_elements_per_token(const ModelConfig& config) {
@@ -138,7 +147,11 @@ long long gpus_needed(double kv_bytes, double weight_bytes, double gpu_bytes) {
   require(std::isfinite(weight_bytes) && weight_bytes >= 0, fn, "weight_bytes (", weight_bytes,
           ") must not be negative");
   require(std::isfinite(gpu_bytes) && gpu_bytes > 0, fn, "gpu_bytes (", gpu_bytes, ") must be positive");
-  return static_cast<long long>(std::ceil((kv_bytes + weight_bytes) / gpu_bytes));
+  const double gpus = std::ceil((kv_bytes + weight_bytes) / gpu_bytes);
+  // Converting a double beyond long long's range is undefined behaviour: refuse such a count.
+  require(gpus < kLongLongLimit, fn, "kv_bytes (", kv_bytes, ") and weight_bytes (", weight_bytes, ") need ", gpus,
+          " GPUs of gpu_bytes (", gpu_bytes, "), more than a long long counts (2^63)");
+  return static_cast<long long>(gpus);
 }
 
 long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, long long num_gpus, double gpu_bytes) {
@@ -151,7 +164,12 @@ long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, lon
   require(std::isfinite(gpu_bytes) && gpu_bytes > 0, fn, "gpu_bytes (", gpu_bytes, ") must be positive");
   const double free_bytes = static_cast<double>(num_gpus) * gpu_bytes - weight_bytes;
   if (free_bytes <= 0) return 0;
-  return static_cast<long long>(std::floor(free_bytes / bytes_per_sequence));
+  const double sequences = std::floor(free_bytes / bytes_per_sequence);
+  // As in gpus_needed: a count beyond long long's range is refused, not converted.
+  require(sequences < kLongLongLimit, fn, "bytes_per_sequence (", bytes_per_sequence, ") fits ", sequences,
+          " times in num_gpus (", num_gpus, ") x gpu_bytes (", gpu_bytes,
+          ") less the weights, more than a long long counts (2^63)");
+  return static_cast<long long>(sequences);
 }
 
 TensorParallelKv tensor_parallel_kv(long long num_heads, long long num_kv_heads, long long head_dim,

@@ -128,7 +128,8 @@ std::size_t mla_cache_floats_per_token(const MlaConfig& cfg, MlaPath path) {
   const std::size_t heads = size(cfg.num_heads);
   if (path == MlaPath::naive) {
     // n_h (d_h + d_h^R) for the keys + n_h d_v for the values
-    return heads * size(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) + heads * size(cfg.v_head_dim);
+    // (summed as size_t: the int sum could overflow)
+    return heads * (size(cfg.qk_nope_head_dim) + size(cfg.qk_rope_head_dim)) + heads * size(cfg.v_head_dim);
   }
   // d_c + d_h^R: the latent and the one RoPE key every head shares
   return size(cfg.kv_lora_rank) + size(cfg.qk_rope_head_dim);

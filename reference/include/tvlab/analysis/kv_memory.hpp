@@ -88,11 +88,13 @@ double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_lay
 /// \f$ \lceil (\text{kv} + \text{weights}) / \text{gpu} \rceil \f$: how many GPUs of `gpu_bytes`
 /// (default 80 GB = \f$ 80 \times 10^9 \f$ bytes) hold `kv_bytes` (> 0) plus `weight_bytes` (>= 0),
 /// counting memory only (no activations, no fragmentation, no parallelism overheads).
+/// `tvlab::Error` naming `kv_bytes` when the count reaches \f$ 2^{63} \f$ (beyond `long long`).
 /// @ingroup ch05
 long long gpus_needed(double kv_bytes, double weight_bytes = 0, double gpu_bytes = 80e9);
 
 /// \f$ \lfloor (\text{gpus} \cdot \text{gpu} - \text{weights}) / \text{per sequence} \rfloor \f$: the
 /// sequences whose caches fit beside the weights (0 when the weights alone do not fit).
+/// `tvlab::Error` naming `bytes_per_sequence` when the count reaches \f$ 2^{63} \f$ (beyond `long long`).
 /// @ingroup ch05
 long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, long long num_gpus,
                              double gpu_bytes = 80e9);
