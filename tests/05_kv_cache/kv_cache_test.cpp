@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "tvlab/analysis/kv_memory.hpp"
 #include "tvlab/core/kv_heads.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gqa_attention.hpp"

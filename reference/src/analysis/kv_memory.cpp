@@ -14,6 +14,17 @@ namespace {
 // 2^63, the first whole number a long long cannot hold (exact as a double).
 constexpr double kLongLongLimit = 9223372036854775808.0;
 
+std::uint64_t times(const char* fn, std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  require(!__builtin_mul_overflow(a, b, &r), fn, "the count exceeds 64 bits (", a, " x ", b, ")");
+  return r;
+}
+std::uint64_t plus(const char* fn, std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  require(!__builtin_add_overflow(a, b, &r), fn, "the count exceeds 64 bits (", a, " + ", b, ")");
+  return r;
+}
+
 }  // namespace
 
 double kv_bytes_per_element(KvDType dtype) {
@@ -233,6 +244,25 @@ double layer_activation_bytes(long long seq_len, long long batch, long long hidd
   // s b h (34 + 5 a s / h): 34 s b h for the linear parts and norms, 5 a s^2 b for the score
   // matrices (QK^T, softmax, its dropout mask and the dropout output).
   return s * b * h * (34.0 + 5.0 * a * s / h);
+}
+
+std::uint64_t decode_projection_macs(std::size_t p, std::size_t n, std::size_t d, const KvHeads& heads,
+                                     std::size_t d_k, bool with_cache) {
+  const char* fn = "decode_projection_macs";
+  require_positive(fn, "prompt_length", p);
+  require_positive(fn, "d_model", d);
+  require_positive(fn, "head_dim", d_k);
+  validate_kv_heads(fn, heads);
+  const std::uint64_t h = static_cast<std::uint64_t>(heads.num_heads), g = static_cast<std::uint64_t>(heads.num_kv_heads);
+  // One token through all four projections: 2 d d_k (h + g).
+  const std::uint64_t per_token = times(fn, times(fn, times(fn, 2, d), d_k), h + g);
+  if (with_cache) return times(fn, plus(fn, p, n), per_token);  // (p + n) 2 d d_k (h + g)
+  // p 2 d d_k (h + g) + n 2 d h d_k + 2 d g d_k (n p + n (n + 1) / 2)
+  const std::uint64_t prompt = times(fn, p, per_token);
+  const std::uint64_t queries_and_outputs = times(fn, n, times(fn, times(fn, times(fn, 2, d), h), d_k));
+  const std::uint64_t tokens_reprojected = plus(fn, times(fn, n, p), times(fn, n, plus(fn, n, 1)) / 2);
+  const std::uint64_t keys_and_values = times(fn, times(fn, times(fn, times(fn, 2, d), g), d_k), tokens_reprojected);
+  return plus(fn, plus(fn, prompt, queries_and_outputs), keys_and_values);
 }
 
 }  // namespace tvlab::analysis
