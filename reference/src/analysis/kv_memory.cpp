@@ -27,48 +27,14 @@ std::uint64_t plus(const char* fn, std::uint64_t a, std::uint64_t b) {
 
 }  // namespace
 
-double kv_bytes_per_element(KvDType dtype) {
-  switch (dtype) {
-    case KvDType::fp32: return 4;
-    case KvDType::fp16:
-    case KvDType::bf16: return 2;
-    case KvDType::fp8:
-    case KvDType::int8: return 1;
-    case KvDType::int4: return 0.5;  // two 4-bit values per byte
-  }
-  fail("kv_bytes_per_element", "dtype (", static_cast<int>(dtype), ") is not a KvDType");
-}
-
-const char* kv_dtype_name(KvDType dtype) {
-  switch (dtype) {
-    case KvDType::fp32: return "fp32";
-    case KvDType::fp16: return "fp16";
-    case KvDType::bf16: return "bf16";
-    case KvDType::fp8: return "fp8";
-    case KvDType::int8: return "int8";
-    case KvDType::int4: return "int4";
-  }
-  fail("kv_dtype_name", "dtype (", static_cast<int>(dtype), ") is not a KvDType");
-}
-
-KvDType kv_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::fp32: return KvDType::fp32;
-    case DType::fp16: return KvDType::fp16;
-    case DType::bf16: return KvDType::bf16;
-    case DType::fp8: return KvDType::fp8;
-  }
-  fail("kv_dtype", "dtype (", static_cast<int>(dtype), ") is not a tvlab::analysis::DType");
-}
-
-KvDType kv_dtype_from_torch_dtype(const std::string& torch_dtype) {
-  if (torch_dtype == "float32" || torch_dtype == "fp32") return KvDType::fp32;
-  if (torch_dtype == "float16" || torch_dtype == "fp16") return KvDType::fp16;
-  if (torch_dtype == "bfloat16" || torch_dtype == "bf16") return KvDType::bf16;
-  if (torch_dtype == "fp8" || torch_dtype == "float8_e4m3fn" || torch_dtype == "float8_e5m2") return KvDType::fp8;
-  if (torch_dtype == "int8") return KvDType::int8;
-  if (torch_dtype == "int4") return KvDType::int4;
-  fail("kv_dtype_from_torch_dtype", "torch_dtype (\"", torch_dtype,
+DType dtype_from_torch_dtype(const std::string& torch_dtype) {
+  if (torch_dtype == "float32" || torch_dtype == "fp32") return DType::fp32;
+  if (torch_dtype == "float16" || torch_dtype == "fp16") return DType::fp16;
+  if (torch_dtype == "bfloat16" || torch_dtype == "bf16") return DType::bf16;
+  if (torch_dtype == "fp8" || torch_dtype == "float8_e4m3fn" || torch_dtype == "float8_e5m2") return DType::fp8;
+  if (torch_dtype == "int8") return DType::int8;
+  if (torch_dtype == "int4") return DType::int4;
+  fail("dtype_from_torch_dtype", "torch_dtype (\"", torch_dtype,
        "\") is not one of float32, float16, bfloat16, fp8, int8, int4");
 }
 
@@ -110,14 +76,14 @@ double model_kv_elements_per_token(const ModelConfig& config) {
 }
 
 KvCacheSize kv_cache_size(double elements_per_token_per_layer, long long num_layers, long long seq_len,
-                          long long batch, KvDType dtype) {
+                          long long batch, DType dtype) {
   constexpr const char* fn = "kv_cache_size";
   require(std::isfinite(elements_per_token_per_layer) && elements_per_token_per_layer > 0, fn,
           "elements_per_token_per_layer (", elements_per_token_per_layer, ") must be positive");
   require_positive(fn, "num_layers", num_layers);
   require_positive(fn, "seq_len", seq_len);
   require_positive(fn, "batch", batch);
-  const double b = kv_bytes_per_element(dtype);
+  const double b = bytes_per_element(dtype);
   const double layers = static_cast<double>(num_layers), tokens = static_cast<double>(seq_len);
   KvCacheSize s;
   s.elements_per_token_per_layer = elements_per_token_per_layer;
@@ -129,12 +95,12 @@ KvCacheSize kv_cache_size(double elements_per_token_per_layer, long long num_lay
   return s;
 }
 
-KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, KvDType dtype) {
+KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, DType dtype) {
   return kv_cache_size(model_kv_elements_per_token(config), config.num_hidden_layers, seq_len, batch, dtype);
 }
 
 double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_layer, long long num_heads,
-                              long long head_dim, long long seq_len, long long batch, KvDType dtype) {
+                              long long head_dim, long long seq_len, long long batch, DType dtype) {
   constexpr const char* fn = "per_layer_gqa_kv_bytes";
   require(!num_kv_heads_per_layer.empty(), fn, "num_kv_heads_per_layer must not be empty (one entry per layer)");
   require_positive(fn, "num_heads", num_heads);
@@ -149,7 +115,7 @@ double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_lay
             ") must be a positive divisor of num_heads (", num_heads, ")");
     elements += 2.0 * static_cast<double>(g) * static_cast<double>(head_dim);
   }
-  return elements * static_cast<double>(seq_len) * static_cast<double>(batch) * kv_bytes_per_element(dtype);
+  return elements * static_cast<double>(seq_len) * static_cast<double>(batch) * bytes_per_element(dtype);
 }
 
 long long gpus_needed(double kv_bytes, double weight_bytes, double gpu_bytes) {

@@ -23,21 +23,11 @@
 
 namespace tvlab::analysis {
 
-/// Storage formats of a KV cache: chapter 00's float formats and the integer ones KV quantization
-/// uses (INT8, INT4: two values per byte; scales and zero points not counted).
+/// The storage format (`DType` of attention_cost.hpp, with its bytes per element) of a `config.json`
+/// torch_dtype: "float32", "float16", "bfloat16"; also "fp8", "float8_e4m3fn", "float8_e5m2", "int8",
+/// "int4" and the short names of `dtype_name`; `tvlab::Error` naming `torch_dtype` otherwise.
 /// @ingroup ch05
-enum class KvDType { fp32, fp16, bf16, fp8, int8, int4 };
-
-/// Bytes per element: 4, 2, 2, 1, 1, 0.5.
-/// @ingroup ch05
-double kv_bytes_per_element(KvDType dtype);
-/// "fp32", "fp16", "bf16", "fp8", "int8", "int4".
-const char* kv_dtype_name(KvDType dtype);
-/// The same format as chapter 00's `DType`.
-KvDType kv_dtype(DType dtype);
-/// A `config.json` torch_dtype ("float32", "float16", "bfloat16"; also "fp8"/"int8"/"int4" and the
-/// short names above); `tvlab::Error` naming `torch_dtype` otherwise.
-KvDType kv_dtype_from_torch_dtype(const std::string& torch_dtype);
+DType dtype_from_torch_dtype(const std::string& torch_dtype);
 
 /// \f$ 2 g d_h \f$: K and V of each of the `num_kv_heads` key-value heads, for one token in one layer.
 /// `num_heads` (\f$ h \f$) must be a positive multiple of `num_kv_heads` (\f$ g \f$); `head_dim` > 0.
@@ -75,18 +65,18 @@ struct KvCacheSize {
 /// `batch` >= 1. `tvlab::Error` naming the parameter otherwise.
 /// @ingroup ch05
 KvCacheSize kv_cache_size(double elements_per_token_per_layer, long long num_layers, long long seq_len,
-                          long long batch, KvDType dtype);
+                          long long batch, DType dtype);
 
 /// The sizes for a model (`model_kv_elements_per_token`, `config.num_hidden_layers` layers).
 /// @ingroup ch05
-KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, KvDType dtype);
+KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, DType dtype);
 
 /// "Dynamic GQA": layer \f$ \ell \f$ keeps \f$ g_\ell \f$ key-value heads, so the cache is
 /// \f$ \sum_\ell 2 g_\ell d_h\, S B b \f$. Every entry of `num_kv_heads_per_layer` (one per layer,
 /// not empty) must divide `num_heads`; the error names the entry's layer.
 /// @ingroup ch05
 double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_layer, long long num_heads,
-                              long long head_dim, long long seq_len, long long batch, KvDType dtype);
+                              long long head_dim, long long seq_len, long long batch, DType dtype);
 
 /// \f$ \lceil (\text{kv} + \text{weights}) / \text{gpu} \rceil \f$: how many GPUs of `gpu_bytes`
 /// (default 80 GB = \f$ 80 \times 10^9 \f$ bytes) hold `kv_bytes` (> 0) plus `weight_bytes` (>= 0),
