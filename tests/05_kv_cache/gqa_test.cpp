@@ -12,6 +12,7 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/core/kv_heads.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/attention.hpp"
@@ -21,28 +22,12 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::expand_heads;
+using tvlab::ch05_testing::random_gqa_weights;
 using tvlab::testing::Context;
 using tvlab::testing::matches;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
-
-// Each kv head copied h/g times in place, written here from the definition (Hugging Face's
-// repeat_kv): head t of the result is kv head t / (h/g).
-Tensor3 repeat_kv_oracle(const Tensor3& kv, std::size_t num_heads) {
-  const std::size_t g = kv.shape()[0], r = num_heads / g;
-  Tensor3 out = Tensor3::from_shape({num_heads, kv.shape()[1], kv.shape()[2]});
-  for (std::size_t t = 0; t < num_heads; ++t)
-    for (std::size_t i = 0; i < kv.shape()[1]; ++i)
-      for (std::size_t d = 0; d < kv.shape()[2]; ++d) out(t, i, d) = kv(t / r, i, d);
-  return out;
-}
-
-GqaWeights random_gqa_weights(Rng& rng, std::size_t d_model, KvHeads heads, std::size_t head_dim) {
-  const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
-  const double w_std = 1.0 / std::sqrt(static_cast<double>(d_model));
-  return {rng.normal_matrix(d_model, h * head_dim, 0, w_std), rng.normal_matrix(d_model, g * head_dim, 0, w_std),
-          rng.normal_matrix(d_model, g * head_dim, 0, w_std), rng.normal_matrix(h * head_dim, d_model, 0, w_std)};
-}
 
 std::string heads_label(KvHeads heads) {
   return "h " + std::to_string(heads.num_heads) + ", g " + std::to_string(heads.num_kv_heads);
@@ -138,7 +123,7 @@ TEST(Ch05Gqa, grouped_attention_matches_the_double_oracle_on_repeated_kv_heads) 
     if (mask == "bias") cfg.mask.bias = rng.normal_matrix(c.seq_q, c.seq_k);
     const Tensor3 out = ref::grouped_scaled_dot_product_attention(q, k, v, cfg);
     // The oracle: chapter 00's double-precision attention over each kv head copied h/g times.
-    const Tensor3 k_rep = repeat_kv_oracle(k, h), v_rep = repeat_kv_oracle(v, h);
+    const Tensor3 k_rep = expand_heads(k, h), v_rep = expand_heads(v, h);
     // As chapter 00's attention tests: a score error of eps sqrt(d) M moves the output by at most
     // 2 delta max|v|, and P V adds a reduction of length seq_k.
     const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));

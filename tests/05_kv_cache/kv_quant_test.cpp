@@ -13,6 +13,7 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/rng.hpp"
@@ -21,6 +22,7 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::expand_heads;
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
@@ -213,14 +215,6 @@ TEST(Ch05KvQuant, deepseek_v3_latent_in_int4_takes_256_bytes_of_codes_per_token_
 }
 
 // ------------------------------------------------------------------------------------- attention
-
-// The keys [g, n, d] repeated for h query heads (query head i reads kv head i / (h / g)).
-Tensor3 expand_heads(const Tensor3& x, std::size_t num_heads) {
-  const std::size_t g = x.shape()[0], group = num_heads / g;
-  Tensor3 out = Tensor3::from_shape({num_heads, x.shape()[1], x.shape()[2]});
-  for (std::size_t i = 0; i < num_heads; ++i) xt::view(out, i) = xt::view(x, i / group);
-  return out;
-}
 
 struct QuantAttentionCase {
   const char* label;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/core/mla_config.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/mla.hpp"
@@ -19,6 +20,9 @@
 namespace tvlab::ref {
 namespace {
 
+using tvlab::ch05_testing::DVector;
+using tvlab::ch05_testing::rotate;
+using tvlab::ch05_testing::rows;
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
@@ -67,8 +71,6 @@ MlaWeights random_weights(const MlaConfig& cfg, Rng& rng) {
 // ---- The double-precision oracle, from DeepSeek-V2's equations 9-19 (and the RMSNorms of its
 // section 3.1.2), sharing no code with the reference. ----
 
-using DVector = std::vector<double>;
-
 // y = x W for one row x `[a]` and W `[a, b]`, in double; columns [first, first + count).
 DVector times(const DVector& x, const Tensor2& w, std::size_t first, std::size_t count) {
   DVector y(count, 0.0);
@@ -83,20 +85,6 @@ DVector rms(const DVector& x, const Tensor1& gamma, double eps) {
   for (double v : x) mean_square += v * v / static_cast<double>(x.size());
   DVector y(x.size());
   for (std::size_t j = 0; j < x.size(); ++j) y[j] = gamma(j) * x[j] / std::sqrt(mean_square + eps);
-  return y;
-}
-
-// RoPE at position m: pair p turns by m theta^(-2p/d); pairs (2p, 2p+1) or (p, p + d/2).
-DVector rotate(const DVector& x, double m, double theta, RopeLayout layout) {
-  const std::size_t d = x.size();
-  DVector y = x;
-  for (std::size_t p = 0; p < d / 2; ++p) {
-    const std::size_t a = layout == RopeLayout::interleaved ? 2 * p : p;
-    const std::size_t b = layout == RopeLayout::interleaved ? 2 * p + 1 : p + d / 2;
-    const double angle = m * std::pow(theta, -2.0 * static_cast<double>(p) / static_cast<double>(d));
-    y[a] = x[a] * std::cos(angle) - x[b] * std::sin(angle);
-    y[b] = x[a] * std::sin(angle) + x[b] * std::cos(angle);
-  }
   return y;
 }
 
@@ -178,13 +166,6 @@ Tolerance mla_tolerance(const OracleResult& oracle, const MlaConfig& cfg, std::s
   return {attention_tolerance(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, tokens, oracle.score_magnitude,
                               oracle.max_abs_value),
           reduction_rtol(std::max<std::size_t>(cfg.hidden_size, tokens))};
-}
-
-Tensor2 rows(const Tensor2& x, std::size_t begin, std::size_t end) {
-  return xt::view(x, xt::range(begin, end), xt::all());
-}
-DTensor2 rows(const DTensor2& x, std::size_t begin, std::size_t end) {
-  return xt::view(x, xt::range(begin, end), xt::all());
 }
 
 using MlaFunction = Tensor2 (*)(const Tensor2&, const MlaWeights&, const MlaConfig&, MlaCache&);

@@ -17,6 +17,7 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/analysis/paged_waste.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/rng.hpp"
@@ -25,21 +26,12 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::expand_heads;
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
 // Column t of x [heads, seq, dim]: one token's vectors of every head, [heads, dim].
 Tensor2 token(const Tensor3& x, std::size_t t) { return xt::view(x, xt::all(), t, xt::all()); }
-
-// The keys [g, n, d] of the cache's g heads repeated for h query heads, [h, n, d]: query head i reads
-// kv head i / (h / g) (GQA, Ainslie et al. 2023), so that chapter 00's oracle, which pairs head i
-// with head i, computes grouped attention.
-Tensor3 expand_heads(const Tensor3& x, std::size_t num_heads) {
-  const std::size_t g = x.shape()[0], group = num_heads / g;
-  Tensor3 out = Tensor3::from_shape({num_heads, x.shape()[1], x.shape()[2]});
-  for (std::size_t i = 0; i < num_heads; ++i) xt::view(out, i) = xt::view(x, i / group);
-  return out;
-}
 
 // Everything a PagedKvCache holds, read through its public interface: what a refused call must not change.
 struct Snapshot {

@@ -136,7 +136,8 @@ struct MlaCache {
 /// @ingroup ch05
 /// The numbers one layer caches per token:
 /// - naive: \f$ n_h (d_h + d_h^R) + n_h d_v \f$ (every head's key and value, the shared \f$ k^R \f$ copied into each head);
-/// - absorbed: \f$ d_c + d_h^R \f$ (DeepSeek-V2, section 2.1.3 and Table 1: \f$ (d_c + d_h^R)\,l \f$ for \f$ l \f$ layers).
+/// - absorbed: \f$ d_c + d_h^R \f$ (DeepSeek-V2, section 2.1.3 and Table 1: \f$ (d_c + d_h^R)\,l \f$ for \f$ l \f$ layers),
+///   `analysis::mla_kv_elements_per_token` of the calculators.
 std::size_t mla_cache_floats_per_token(const MlaConfig& cfg, MlaPath path);
 
 /// @ingroup ch05
