@@ -67,28 +67,18 @@ TEST(Ch05KvHeads, repeating_the_kv_projections_gives_mha_head_i_the_columns_of_k
   EXPECT_EQ(mha.w_o, w.w_o);
 }
 
-TEST(Ch05KvHeads, the_documents_models_share_kv_heads_as_their_head_counts_say) {
-  // LLaMA-2 70B: h = 64 query heads, d_k = 128, GQA with g = 8 (document 000 L143, L183). One
-  // token's cache per layer is 2 g d_k numbers, against 2 h d_k for MHA (a cache of one position).
+TEST(Ch05KvHeads, a_cache_of_g_kv_heads_holds_g_over_h_of_what_mha_holds) {
+  // One token's cache per layer is 2 g d_k numbers, against 2 h d_k for MHA (a cache of one
+  // position), whatever g divides h. (The documents' figures for these head counts, 64 query heads
+  // of 128, are checked in kv_documents_test.cpp.)
   const std::size_t d_k = 128;
-  const ref::KvCache mha({64, 64}, d_k, 1), gqa({64, 8}, d_k, 1), mqa({64, 1}, d_k, 1);
+  const ref::KvCache mha({64, 64}, d_k, 1);
   const double per_token_mha = static_cast<double>(mha.keys().size() + mha.values().size());
   EXPECT_EQ(per_token_mha, 2.0 * 64 * 128);
-  const double gqa_ratio = static_cast<double>(gqa.keys().size() + gqa.values().size()) / per_token_mha;
-  const double mqa_ratio = static_cast<double>(mqa.keys().size() + mqa.values().size()) / per_token_mha;
-  // 000 L183: GQA g = 8 takes the 10 GB of MHA to 1.25 GB, 8 times less.
-  EXPECT_EQ(gqa_ratio, 1.0 / 8.0);
-  EXPECT_EQ(10.0 * gqa_ratio, 1.25);
-  // 000 L169: MQA, 1/64 of it ("about 160 MB": 10 GB / 64 = 160 MB with 1 GB = 1024 MB);
-  // 004 L57: "a 64-head model saves about 98%": 1 - 1/64 = 98.4%.
-  EXPECT_EQ(mqa_ratio, 1.0 / 64.0);
-  EXPECT_EQ(10.0 * 1024.0 * mqa_ratio, 160.0);
-  EXPECT_NEAR(1.0 - mqa_ratio, 0.98, 0.005);
-  // 004's Table 8-3 labels LLaMA 2 70B "GQA (g = h/4)" and LLaMA 3 405B "GQA (g = h/8)"; with the
-  // head counts the documents give (64/8 above; 004 L57: LLaMA 3 405B h = 128, g = 8) the groups
-  // hold h/8 and h/16 query heads: erratum.
-  EXPECT_EQ((KvHeads{64, 8}.group_size()), 8u);
-  EXPECT_EQ((KvHeads{128, 8}.group_size()), 16u);
+  for (int g : {1, 2, 8, 32, 64}) {
+    const ref::KvCache cache({64, g}, d_k, 1);
+    EXPECT_EQ(static_cast<double>(cache.keys().size() + cache.values().size()) / per_token_mha, g / 64.0) << "g " << g;
+  }
 }
 
 // ------------------------------------------------------------------ grouped attention, the oracle

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "tvlab/analysis/kv_memory.hpp"
+#include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/model_config.hpp"
 
 namespace tvlab::kv {
@@ -203,6 +204,15 @@ TEST(Ch05Documents, x19_llama_3_8b_gqa_int8_at_4k_is_256_mib_eight_times_less) {
   // h / g = 32 / 8 = 4 from the heads, 2 from FP16 -> INT8: 8x, 256 MiB (the document: 16x, 128 MB).
   EXPECT_EQ(gqa_int8, 256 * kMiB);
   EXPECT_EQ(mha_fp16 / gqa_int8, 8);
+  // With the scales a real INT8 cache stores (one float32 per token and kv head of 128 values) the
+  // ratio falls below 8, to (h / g) 2 d / (d + 4) = 7.76: INT8 cannot reach 16x.
+  const double L = 32, h = 32, g = 8, d = 128, n = 4096;
+  const double int8_with_scales = 2 * L * n * kv_bytes_per_token(int8_per_token(128), 8, 128);
+  EXPECT_NEAR(mha_fp16 / int8_with_scales, (h / g) * 2 * d / (d + 4), 1e-12);
+  EXPECT_LT(mha_fp16 / int8_with_scales, 8.0);
+  // 128 MB and 16x are GQA + INT4 (half a byte an element): 15.1x with a scale and a minimum per 128.
+  const double int4_with_scales = 2 * L * n * kv_bytes_per_token(int4_per_group(128, true), 8, 128);
+  EXPECT_NEAR(mha_fp16 / int4_with_scales, (h / g) * 4 * d / (d + 8), 1e-12);
 }
 
 TEST(Ch05Documents, x20_deepseek_v3_latent_in_int4_is_256_bytes_a_token_and_layer) {
@@ -215,6 +225,11 @@ TEST(Ch05Documents, x20_deepseek_v3_latent_in_int4_is_256_bytes_a_token_and_laye
   EXPECT_EQ(s.bytes_per_token, 288.0 * 61);
   // 512 bytes is the latent in INT8 (one layer).
   EXPECT_EQ(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * bytes_per_element(DType::int8), 512);
+  // A stored INT4 latent also keeps its scales: 8 groups of 64 with a float32 scale and minimum,
+  // 64 bytes more; INT8 with one scale per token: 512 + 4.
+  const std::size_t d_c = 512;
+  EXPECT_EQ(kv_bytes_per_token(int4_per_group(64), 1, d_c), d_c / 2.0 + (d_c / 64) * 8.0);
+  EXPECT_EQ(kv_bytes_per_token(int8_per_token(d_c), 1, d_c), d_c + 4.0);
 }
 
 TEST(Ch05Documents, x21_the_documents_mla_formula_gives_97_percent_for_deepseek_v2_not_60) {
