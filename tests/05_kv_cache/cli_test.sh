@@ -61,6 +61,8 @@ echo '{"num_hidden_layers": 32, "hidden_size": 4096}' > "$tmp/bad.json"
 check "kv --config without heads" 2 "--config" -- "$tvlab" kv --config "$tmp/bad.json"
 echo '{"num_hidden_layers": 32,' > "$tmp/broken.json"
 check "kv --config of malformed JSON" 2 "--config" -- "$tvlab" kv --config "$tmp/broken.json"
+echo '{"num_hidden_layers": 1e300, "hidden_size": 4096, "num_attention_heads": 32}' > "$tmp/huge.json"
+check "kv --config with a size beyond 64 bits" 2 "num_hidden_layers" -- "$tvlab" kv --config "$tmp/huge.json"
 check "kv --config that does not exist" 2 "--config" -- "$tvlab" kv --config "$tmp/none.json"
 check "kv --model and --config" 2 "--config" -- "$tvlab" kv --model llama-3-8b --config "$tmp/config.json"
 

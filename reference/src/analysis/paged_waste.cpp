@@ -41,6 +41,8 @@ std::size_t draw(Rng& rng, const TokenCountDistribution& d) {
   // round(exp(ln median + sigma z)), clamped to [min, max]
   const double x = std::exp(std::log(d.median) + d.sigma * rng.normal());
   const double clamped = std::clamp(std::round(x), static_cast<double>(d.min), static_cast<double>(d.max));
+  // A max near 2^64 rounds up as a double, and converting 2^64 back is undefined: stop at max.
+  if (clamped >= static_cast<double>(d.max)) return d.max;
   return static_cast<std::size_t>(clamped);
 }
 
