@@ -104,7 +104,7 @@ TEST(Ch05Documents, x6_x14_deepseek_v2_mla_caches_576_values_a_token_57_times_le
   // 000 L197: the latent alone is 512 values, 1 KiB in FP16: right, and 32,768 / 512 = 64 ...
   EXPECT_EQ(mla_kv_elements_per_token(v2.kv_lora_rank, 0) * 2, 1 * kKiB);
   // ... but MLA also caches the decoupled RoPE key k^R (d_h^R = 64, shared by the heads;
-  // arXiv:2405.04434 eq. (14) and Table 1): 576 values = 1,152 bytes, a ratio of 56.9, not 64.
+  // arXiv:2405.04434 eq. (15) and Table 1): 576 values = 1,152 bytes, a ratio of 56.9, not 64.
   const double mla = model_kv_elements_per_token(v2);
   EXPECT_EQ(mla, 576);
   EXPECT_EQ(mla * bytes_per_element(DType::fp16), 1152);
@@ -163,7 +163,7 @@ TEST(Ch05Documents, x13_table_8_3_gives_the_wrong_group_ratios) {
 TEST(Ch05Documents, x15_the_decoupled_rope_key_adds_64_values_a_token_not_8192) {
   // 004 L57: decoupled RoPE adds "h x d_R = 8192" cached dimensions "(vs the standard h x d_k = 16384)".
   // DeepSeek-V2 computes one k^R per token from h_t and shares it by all heads (arXiv:2405.04434
-  // eq. (14)); only the query part q^R is per head. Extra cache: d_h^R = 64 values.
+  // eq. (15)); only the query part q^R is per head. Extra cache: d_h^R = 64 values.
   const ModelConfig& v2 = named_model_config("deepseek-v2");
   EXPECT_EQ(model_kv_elements_per_token(v2) - mla_kv_elements_per_token(v2.kv_lora_rank, 0), 64);
   EXPECT_EQ(v2.num_attention_heads * v2.head_dim, 16384);  // h x d_k of a standard K: right

@@ -247,7 +247,7 @@ TEST(Ch05Mla, decoding_against_the_cache_equals_the_full_sequence) {
   }
 }
 
-// k^R_t is one vector for all heads (eq. 14): in the naive cache, the last d_h^R coordinates of every
+// k^R_t is one vector for all heads (eq. 15): in the naive cache, the last d_h^R coordinates of every
 // head's key are the same numbers; and the absorbed cache holds them once.
 TEST(Ch05Mla, the_rope_key_is_shared_by_every_head) {
   const MlaConfig cfg = small_config(true);
