@@ -435,8 +435,9 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
   require_positive(kCommand, "--seq", o.seq);
   require_positive(kCommand, "--batch", o.batch);
   require(o.gpus >= 0, kCommand, "--gpus (", o.gpus, ") must be 0 (compute how many) or more");
-  require(std::isfinite(o.gpu_memory) && o.gpu_memory > 0, kCommand, "--gpu-memory (", o.gpu_memory,
-          ") must be a positive number of GB");
+  // In bytes (x 1e9) it must stay finite: 1e300 GB would overflow to inf.
+  require(std::isfinite(o.gpu_memory * 1e9) && o.gpu_memory > 0, kCommand, "--gpu-memory (", o.gpu_memory,
+          ") must be a positive number of GB, below 1.8e299");
   const ModelConfig m = chosen_model(o);
   analysis::DType dtype = analysis::DType::fp16;
   if (!o.dtype.empty())
@@ -475,7 +476,8 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
             << " tokens)\n  all " << o.batch << " sequence(s)" << std::string(o.batch < 10 ? 12 : 11, ' ')
             << bytes_text(s.bytes_total) << "\n";
   const std::string gpu_text =
-      o.gpu_memory >= 1 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0) : sci(o.gpu_memory, 3);
+      o.gpu_memory >= 1 && o.gpu_memory < 1e15 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0)
+                                                                                         : sci(o.gpu_memory, 3);
   std::cout << "  GPUs of " << gpu_text << " GB the cache alone needs: "
             << large_count_text(std::ceil(s.bytes_total / gpu_bytes),
                                 [&] { return analysis::gpus_needed(s.bytes_total, 0, gpu_bytes); })

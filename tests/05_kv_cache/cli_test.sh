@@ -74,6 +74,7 @@ check "kv: --batch 0" 2 "--batch" -- "$tvlab" kv --model llama-3-8b --batch 0
 check "kv: --gpus -1" 2 "--gpus" -- "$tvlab" kv --model llama-3-8b --gpus -1
 check "kv: --gpu-memory 0" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory 0
 check "kv: --gpu-memory nan" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory nan
+check "kv: --gpu-memory beyond a double in bytes" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory 1e300
 check "kv: --seq without a model" 2 "--seq" -- "$tvlab" kv --seq 100
 check "kv: --dtype without a model" 2 "--dtype" -- "$tvlab" kv --dtype fp16
 check "kv: --step with the calculator" 2 "--step" -- "$tvlab" kv --model llama-3-8b --step
