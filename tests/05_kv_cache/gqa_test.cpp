@@ -17,7 +17,6 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/gqa_attention.hpp"
-#include "tvlab/ref/kv_cache.hpp"
 
 namespace tvlab::ch05 {
 namespace {
@@ -65,20 +64,6 @@ TEST(Ch05KvHeads, repeating_the_kv_projections_gives_mha_head_i_the_columns_of_k
       }
   EXPECT_EQ(mha.w_q, w.w_q);
   EXPECT_EQ(mha.w_o, w.w_o);
-}
-
-TEST(Ch05KvHeads, a_cache_of_g_kv_heads_holds_g_over_h_of_what_mha_holds) {
-  // One token's cache per layer is 2 g d_k numbers, against 2 h d_k for MHA (a cache of one
-  // position), whatever g divides h. (The documents' figures for these head counts, 64 query heads
-  // of 128, are checked in kv_documents_test.cpp.)
-  const std::size_t d_k = 128;
-  const ref::KvCache mha({64, 64}, d_k, 1);
-  const double per_token_mha = static_cast<double>(mha.keys().size() + mha.values().size());
-  EXPECT_EQ(per_token_mha, 2.0 * 64 * 128);
-  for (int g : {1, 2, 8, 32, 64}) {
-    const ref::KvCache cache({64, g}, d_k, 1);
-    EXPECT_EQ(static_cast<double>(cache.keys().size() + cache.values().size()) / per_token_mha, g / 64.0) << "g " << g;
-  }
 }
 
 // ------------------------------------------------------------------ grouped attention, the oracle
