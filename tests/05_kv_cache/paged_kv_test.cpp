@@ -592,6 +592,17 @@ TEST(Ch05PagedWaste, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([] { analysis::kv_waste({{1, 1}, {8, 5}}, 10, 4); },
                                   {"kv_waste", "requests[1] has length 13", "max_len (10)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::kv_waste({{4, 0}}, 10, 4); }, {"kv_waste", "requests[0] has output_len 0"}));
+  // Sizes at the top of size_t: L + b - 1 and prompt + output would wrap around to small numbers.
+  constexpr std::size_t top = std::numeric_limits<std::size_t>::max();
+  EXPECT_EQ(analysis::paged_slots(top - 15, 16), top - 15);  // 2^64 - 16, already whole blocks
+  EXPECT_TRUE(throws_error_naming([] { analysis::paged_slots(top, 16); }, {"paged_slots", "length", "size_t"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::kv_waste({{top, 2}}, 10, 4); }, {"kv_waste", "requests[0] has length"}));
+  // A log-normal draw clamped to a maximum of 2^64 - 1 (2^64 as a double) returns the maximum.
+  const auto huge = analysis::sample_requests(
+      {.num_requests = 1,
+       .prompt = {.kind = analysis::LengthDistribution::log_normal, .min = 1, .max = top, .median = 1e30, .sigma = 0},
+       .output = {.min = 1, .max = 1}});
+  EXPECT_EQ(huge[0].prompt_len, top);
   EXPECT_TRUE(throws_error_naming([] { analysis::sample_requests({.num_requests = 0}); },
                                   {"sample_requests", "cfg.num_requests (0)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::sample_requests({.prompt = {.min = 5, .max = 4}}); },
