@@ -8,11 +8,13 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/testing.hpp"
 #include "kv_test_helpers.hpp"
 #include "tvlab/core/mla_config.hpp"
+#include "tvlab/core/model_config.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/mla.hpp"
 #include "tvlab/ref/rope.hpp"
@@ -262,6 +264,27 @@ TEST(Ch05Mla, the_rope_key_is_shared_by_every_head) {
     for (std::size_t t = 0; t < 6; ++t)
       for (std::size_t e = 0; e < static_cast<std::size_t>(cfg.qk_rope_head_dim); ++e)
         ASSERT_EQ(naive.keys(i, t, d_h + e), absorbed.rope_keys(t, e)) << "head " << i << ", token " << t;
+}
+
+// The DeepSeek layer configs take the named models' sizes (model_config.cpp, from each config.json);
+// V2-Lite's null q_lora_rank becomes "no query latent".
+TEST(Ch05Mla, the_deepseek_layer_configs_carry_the_named_models_sizes) {
+  const std::pair<MlaConfig, const char*> pairs[] = {
+      {deepseek_v2_mla(), "deepseek-v2"}, {deepseek_v2_lite_mla(), "deepseek-v2-lite"}, {deepseek_v3_mla(), "deepseek-v3"}};
+  for (const auto& [cfg, name] : pairs) {
+    const ModelConfig& m = named_model_config(name);
+    EXPECT_EQ(cfg.hidden_size, m.hidden_size) << name;
+    EXPECT_EQ(cfg.num_heads, m.num_attention_heads) << name;
+    EXPECT_EQ(cfg.q_lora_rank.value_or(0), m.q_lora_rank) << name;
+    EXPECT_EQ(cfg.kv_lora_rank, m.kv_lora_rank) << name;
+    EXPECT_EQ(cfg.qk_nope_head_dim, m.qk_nope_head_dim) << name;
+    EXPECT_EQ(cfg.qk_rope_head_dim, m.qk_rope_head_dim) << name;
+    EXPECT_EQ(cfg.v_head_dim, m.v_head_dim) << name;
+    EXPECT_EQ(cfg.num_hidden_layers, m.num_hidden_layers) << name;
+  }
+  EXPECT_FALSE(deepseek_v2_lite_mla().q_lora_rank.has_value());
+  EXPECT_EQ(deepseek_v2_mla().q_lora_rank, 1536);
+  EXPECT_EQ(deepseek_v3_mla().hidden_size, 7168);
 }
 
 // The cache sizes per token: n_h (d_h + d_h^R + d_v) floats expanded, d_c + d_h^R absorbed (DeepSeek-V2

@@ -48,6 +48,9 @@ struct MlaConfig {
 };
 
 /// @ingroup ch05
+/// The three DeepSeek layers below take their sizes from the named models of model_config.hpp
+/// (`named_model_config("deepseek-v2")` ...), where each is written once with its source.
+///
 /// DeepSeek-V2 (DeepSeek-V2 report, section 3.1.2; `config.json` of deepseek-ai/DeepSeek-V2):
 /// \f$ d = 5120, n_h = 128, d_c' = 1536, d_c = 512, d_h = 128, d_h^R = 64, d_v = 128 \f$, 60 layers.
 MlaConfig deepseek_v2_mla();
