@@ -396,10 +396,10 @@ void step_through(const Layer& l, std::uint64_t seed) {
 
 // ---------------------------------------------------------------------------- the calculator
 
-analysis::KvDType parse_dtype(const std::string& text) {
-  using analysis::KvDType;
-  for (const KvDType t : {KvDType::fp32, KvDType::fp16, KvDType::bf16, KvDType::fp8, KvDType::int8, KvDType::int4})
-    if (text == analysis::kv_dtype_name(t)) return t;
+analysis::DType parse_dtype(const std::string& text) {
+  using analysis::DType;
+  for (const DType t : {DType::fp32, DType::fp16, DType::bf16, DType::fp8, DType::int8, DType::int4})
+    if (text == analysis::dtype_name(t)) return t;
   fail(kCommand, "--dtype (", text, ") must be one of fp32, fp16, bf16, fp8, int8, int4");
 }
 
@@ -435,14 +435,15 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
   require_positive(kCommand, "--seq", o.seq);
   require_positive(kCommand, "--batch", o.batch);
   require(o.gpus >= 0, kCommand, "--gpus (", o.gpus, ") must be 0 (compute how many) or more");
-  require(std::isfinite(o.gpu_memory) && o.gpu_memory > 0, kCommand, "--gpu-memory (", o.gpu_memory,
-          ") must be a positive number of GB");
+  // In bytes (x 1e9) it must stay finite: 1e300 GB would overflow to inf.
+  require(std::isfinite(o.gpu_memory * 1e9) && o.gpu_memory > 0, kCommand, "--gpu-memory (", o.gpu_memory,
+          ") must be a positive number of GB, below 1.8e299");
   const ModelConfig m = chosen_model(o);
-  analysis::KvDType dtype = analysis::KvDType::fp16;
+  analysis::DType dtype = analysis::DType::fp16;
   if (!o.dtype.empty())
     dtype = parse_dtype(o.dtype);
   else if (!m.torch_dtype.empty())
-    dtype = analysis::kv_dtype_from_torch_dtype(m.torch_dtype);
+    dtype = analysis::dtype_from_torch_dtype(m.torch_dtype);
   const analysis::KvCacheSize s = analysis::kv_cache_size(m, o.seq, o.batch, dtype);
   const double gpu_bytes = o.gpu_memory * 1e9;
   const std::string values =
@@ -451,7 +452,7 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
   if (g.format == "json") {
     std::cout << std::setprecision(17) << "{\"chapter\": \"" << TVLAB_CHAPTER_NAME << "\", \"model\": \"" << m.name
               << "\", \"seq\": " << o.seq << ", \"batch\": " << o.batch << ", \"dtype\": \""
-              << analysis::kv_dtype_name(dtype) << "\", \"bytes_per_token_per_layer\": " << s.bytes_per_token_per_layer
+              << analysis::dtype_name(dtype) << "\", \"bytes_per_token_per_layer\": " << s.bytes_per_token_per_layer
               << ", \"bytes_per_token\": " << s.bytes_per_token << ", \"bytes_per_sequence\": " << s.bytes_per_sequence
               << ", \"bytes_total\": " << s.bytes_total << ", \"gpus_needed\": " << std::ceil(s.bytes_total / gpu_bytes)
               << "}\n";
@@ -464,8 +465,8 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
                  : std::to_string(m.num_attention_heads) + " query heads, " + std::to_string(m.num_key_value_heads) +
                        " kv heads of " + std::to_string(m.head_dim);
   std::cout << "KV cache of " << m.name << ": " << attention_kind(m) << ", " << m.num_hidden_layers << " layers, "
-            << heads_text << "; " << o.seq << " tokens x batch " << o.batch << " in " << analysis::kv_dtype_name(dtype)
-            << " (" << analysis::kv_bytes_per_element(dtype) << " bytes a value)\n";
+            << heads_text << "; " << o.seq << " tokens x batch " << o.batch << " in " << analysis::dtype_name(dtype)
+            << " (" << analysis::bytes_per_element(dtype) << " bytes a value)\n";
   if (!m.source.empty()) std::cout << "  source: " << m.source << "\n";
   std::cout << "  values per token per layer   " << values << " = " << count_text(s.elements_per_token_per_layer)
             << "\n  bytes per token per layer    " << bytes_text(s.bytes_per_token_per_layer)
@@ -475,7 +476,8 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
             << " tokens)\n  all " << o.batch << " sequence(s)" << std::string(o.batch < 10 ? 12 : 11, ' ')
             << bytes_text(s.bytes_total) << "\n";
   const std::string gpu_text =
-      o.gpu_memory >= 1 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0) : sci(o.gpu_memory, 3);
+      o.gpu_memory >= 1 && o.gpu_memory < 1e15 && o.gpu_memory == std::floor(o.gpu_memory) ? fixed(o.gpu_memory, 0)
+                                                                                         : sci(o.gpu_memory, 3);
   std::cout << "  GPUs of " << gpu_text << " GB the cache alone needs: "
             << large_count_text(std::ceil(s.bytes_total / gpu_bytes),
                                 [&] { return analysis::gpus_needed(s.bytes_total, 0, gpu_bytes); })
@@ -488,7 +490,7 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
               << " (cache only)\n";
   // The same model with the other attentions: only the kv heads (or the latent) change.
   std::cout << "\nThe same model with other attention (" << o.seq << " tokens, batch " << o.batch << ", "
-            << analysis::kv_dtype_name(dtype) << "):\n";
+            << analysis::dtype_name(dtype) << "):\n";
   std::vector<std::pair<std::string, double>> rows;  // name, values per token per layer
   const long long h = m.num_attention_heads, d_h = m.head_dim;
   rows.emplace_back("MHA (g = " + std::to_string(h) + ")", analysis::gqa_kv_elements_per_token(h, h, d_h));
@@ -534,10 +536,10 @@ std::vector<DocumentCheck> document_checks() {
   std::vector<DocumentCheck> c;
   // The documents' "LLaMA-2 70B": 80 layers, 64 heads of 128, each with its own K and V, FP16.
   auto mha_70b = [](long long seq) {
-    return kv_cache_size(gqa_kv_elements_per_token(64, 64, 128), 80, seq, 1, KvDType::fp16);
+    return kv_cache_size(gqa_kv_elements_per_token(64, 64, 128), 80, seq, 1, DType::fp16);
   };
   auto grouped_70b = [](long long g) {
-    return kv_cache_size(gqa_kv_elements_per_token(64, g, 128), 80, 4096, 1, KvDType::fp16);
+    return kv_cache_size(gqa_kv_elements_per_token(64, g, 128), 80, 4096, 1, DType::fp16);
   };
   const KvCacheSize mha = mha_70b(4096);
   c.push_back(check_number("000 L143", "one layer, h = 64, d_k = 128, 4096 tokens, FP16", "128 MB", 128, 1,
@@ -550,7 +552,7 @@ std::vector<DocumentCheck> document_checks() {
                            mha_70b(131072).bytes_per_sequence / kGiB, bytes_text(mha_70b(131072).bytes_per_sequence)));
   c.push_back(check_number("004 L49", "Llama-2 70B, 4096 tokens, FP16 (decimal GB)", "about 10.7 GB", 10.7, 0.1,
                            mha.bytes_per_sequence / 1e9, bytes_text(mha.bytes_per_sequence)));
-  const KvCacheSize published = kv_cache_size(named_model_config("llama-2-70b"), 4096, 1, KvDType::fp16);
+  const KvCacheSize published = kv_cache_size(named_model_config("llama-2-70b"), 4096, 1, DType::fp16);
   c.push_back({"000 L143, 004 L49", "the published Llama 2 70B (8 kv heads), 4096 tokens, FP16",
                "10 GB (as if every head had its own K and V)",
                bytes_text(published.bytes_per_sequence) + ": the 10 GB is an MHA model of that shape", false});
@@ -598,7 +600,7 @@ std::vector<DocumentCheck> document_checks() {
       check_number("000 L223", "TPA's saving, R_K = R_V = 2, h = 32, d_h = 128", "about 90%", 90, 10, 100 * tpa_saving,
                    fixed(100 * tpa_saving, 1) +
                        "% (rank 4: " + fixed(100 * (1 - tpa_kv_elements_per_token(4, 4, 32, 128) / mha_32), 1) + "%)"));
-  const KvCacheSize million = kv_cache_size(gqa_kv_elements_per_token(32, 32, 128), 32, 1000000, 1, KvDType::bf16);
+  const KvCacheSize million = kv_cache_size(gqa_kv_elements_per_token(32, 32, 128), 32, 1000000, 1, DType::bf16);
   c.push_back(check_number("004 L42", "32 layers, 32 heads of 128, BF16, a million tokens", "order of 512 GB", 512, 50,
                            million.bytes_total / 1e9, bytes_text(million.bytes_total)));
   c.push_back(check_number("004 L42", "80 GB GPUs that cache needs", "about 7", 7, 1,
@@ -632,17 +634,17 @@ std::vector<DocumentCheck> document_checks() {
   const ModelConfig& llama3 = named_model_config("llama-3-8b");
   ModelConfig llama3_mha = llama3;
   llama3_mha.num_key_value_heads = llama3_mha.num_attention_heads;
-  const double mha_fp16 = kv_cache_size(llama3_mha, 4096, 1, KvDType::fp16).bytes_total;
-  const double gqa_int8 = kv_cache_size(llama3, 4096, 1, KvDType::int8).bytes_total;
+  const double mha_fp16 = kv_cache_size(llama3_mha, 4096, 1, DType::fp16).bytes_total;
+  const double gqa_int8 = kv_cache_size(llama3, 4096, 1, DType::int8).bytes_total;
   c.push_back(check_number("004 L63", "Llama 3 8B as MHA, FP16, 4K tokens", "2 GB", 2, 1, mha_fp16 / kGiB,
                            bytes_text(mha_fp16)));
   c.push_back({"004 L63", "Llama 3 8B, GQA + INT8, 4K tokens", "128 MB, 16x",
                bytes_text(gqa_int8) + ", " + fixed(mha_fp16 / gqa_int8, 0) + "x (" +
                    std::to_string(llama3.group_size()) + "x from the heads, " +
-                   fixed(kv_bytes_per_element(KvDType::fp16) / kv_bytes_per_element(KvDType::int8), 0) +
+                   fixed(bytes_per_element(DType::fp16) / bytes_per_element(DType::int8), 0) +
                    "x from the bytes)",
                false});
-  const KvCacheSize v3_int4 = kv_cache_size(v3, 1, 1, KvDType::int4);
+  const KvCacheSize v3_int4 = kv_cache_size(v3, 1, 1, DType::int4);
   c.push_back({"004 L63", "DeepSeek-V3's latent d_c = 512 in INT4, a token", "about 512 bytes",
                fixed(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * 0.5, 0) + " B a layer (" +
                    fixed(v3_int4.bytes_per_token_per_layer, 0) + " B with k^R), " +
@@ -669,9 +671,9 @@ std::string models_markdown() {
   std::vector<std::vector<std::string>> rows;
   for (const ModelConfig& m : named_model_configs()) {
     auto at = [&](long long seq) {
-      return bytes_text(analysis::kv_cache_size(m, seq, 1, analysis::KvDType::bf16).bytes_per_sequence);
+      return bytes_text(analysis::kv_cache_size(m, seq, 1, analysis::DType::bf16).bytes_per_sequence);
     };
-    const analysis::KvCacheSize one = analysis::kv_cache_size(m, 1, 1, analysis::KvDType::bf16);
+    const analysis::KvCacheSize one = analysis::kv_cache_size(m, 1, 1, analysis::DType::bf16);
     rows.push_back({m.name, attention_kind(m), std::to_string(m.num_hidden_layers),
                     std::to_string(m.num_attention_heads) + " / " + std::to_string(m.num_key_value_heads),
                     std::to_string(m.head_dim), count_text(one.elements_per_token_per_layer),

@@ -37,6 +37,13 @@ done
 check "kv: MLA with GPUs" 0 "" -- "$tvlab" kv --model deepseek-v2 --seq 131072 --batch 4 --gpus 2 --gpu-memory 80
 grep -q "MLA (d_c + d_h^R)" "$tmp/out" && grep -q "fit on 2 GPU" "$tmp/out" \
   && pass "deepseek-v2: the MLA row and the sequences that fit" || fail "deepseek-v2: MLA row or GPU line missing"
+# Absurd sizes: counts beyond long long's range are printed in scientific notation, never converted.
+check "kv: an absurd --seq" 0 "" -- "$tvlab" kv --model llama-3-8b --seq 9000000000000000000 --batch 1000000000 --gpus 3
+grep -q "cache alone needs: 1.47e+22" "$tmp/out" && grep -q "fit on 3 GPU(s): 0 " "$tmp/out" \
+  && pass "an absurd --seq: 1.47e+22 GPUs, no sequence fits" || fail "an absurd --seq: wrong GPU counts"
+check "kv: an absurd --gpus" 0 "" -- "$tvlab" kv --model llama-3-8b --seq 1 --gpus 9000000000000000000
+grep -q "fit on 9000000000000000000 GPU(s): 5.49e+24 " "$tmp/out" \
+  && pass "an absurd --gpus: 5.49e+24 sequences" || fail "an absurd --gpus: wrong sequence count"
 check "kv --model list" 0 "" -- "$tvlab" kv --model list
 [ "$(grep -c "config.json" "$tmp/out")" -ge 9 ] && pass "--model list names 9 models with their sources" || fail "--model list is short"
 check "kv --model --json" 0 "" -- "$tvlab" kv --model mistral-7b --json
@@ -54,6 +61,8 @@ echo '{"num_hidden_layers": 32, "hidden_size": 4096}' > "$tmp/bad.json"
 check "kv --config without heads" 2 "--config" -- "$tvlab" kv --config "$tmp/bad.json"
 echo '{"num_hidden_layers": 32,' > "$tmp/broken.json"
 check "kv --config of malformed JSON" 2 "--config" -- "$tvlab" kv --config "$tmp/broken.json"
+echo '{"num_hidden_layers": 1e300, "hidden_size": 4096, "num_attention_heads": 32}' > "$tmp/huge.json"
+check "kv --config with a size beyond 64 bits" 2 "num_hidden_layers" -- "$tvlab" kv --config "$tmp/huge.json"
 check "kv --config that does not exist" 2 "--config" -- "$tvlab" kv --config "$tmp/none.json"
 check "kv --model and --config" 2 "--config" -- "$tvlab" kv --model llama-3-8b --config "$tmp/config.json"
 
@@ -65,6 +74,7 @@ check "kv: --batch 0" 2 "--batch" -- "$tvlab" kv --model llama-3-8b --batch 0
 check "kv: --gpus -1" 2 "--gpus" -- "$tvlab" kv --model llama-3-8b --gpus -1
 check "kv: --gpu-memory 0" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory 0
 check "kv: --gpu-memory nan" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory nan
+check "kv: --gpu-memory beyond a double in bytes" 2 "--gpu-memory" -- "$tvlab" kv --model llama-3-8b --gpu-memory 1e300
 check "kv: --seq without a model" 2 "--seq" -- "$tvlab" kv --seq 100
 check "kv: --dtype without a model" 2 "--dtype" -- "$tvlab" kv --dtype fp16
 check "kv: --step with the calculator" 2 "--step" -- "$tvlab" kv --model llama-3-8b --step

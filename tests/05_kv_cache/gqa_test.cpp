@@ -12,37 +12,21 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/core/kv_heads.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/gqa_attention.hpp"
-#include "tvlab/ref/kv_cache.hpp"
 
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::expand_heads;
+using tvlab::ch05_testing::random_gqa_weights;
 using tvlab::testing::Context;
 using tvlab::testing::matches;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
-
-// Each kv head copied h/g times in place, written here from the definition (Hugging Face's
-// repeat_kv): head t of the result is kv head t / (h/g).
-Tensor3 repeat_kv_oracle(const Tensor3& kv, std::size_t num_heads) {
-  const std::size_t g = kv.shape()[0], r = num_heads / g;
-  Tensor3 out = Tensor3::from_shape({num_heads, kv.shape()[1], kv.shape()[2]});
-  for (std::size_t t = 0; t < num_heads; ++t)
-    for (std::size_t i = 0; i < kv.shape()[1]; ++i)
-      for (std::size_t d = 0; d < kv.shape()[2]; ++d) out(t, i, d) = kv(t / r, i, d);
-  return out;
-}
-
-GqaWeights random_gqa_weights(Rng& rng, std::size_t d_model, KvHeads heads, std::size_t head_dim) {
-  const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
-  const double w_std = 1.0 / std::sqrt(static_cast<double>(d_model));
-  return {rng.normal_matrix(d_model, h * head_dim, 0, w_std), rng.normal_matrix(d_model, g * head_dim, 0, w_std),
-          rng.normal_matrix(d_model, g * head_dim, 0, w_std), rng.normal_matrix(h * head_dim, d_model, 0, w_std)};
-}
 
 std::string heads_label(KvHeads heads) {
   return "h " + std::to_string(heads.num_heads) + ", g " + std::to_string(heads.num_kv_heads);
@@ -82,30 +66,6 @@ TEST(Ch05KvHeads, repeating_the_kv_projections_gives_mha_head_i_the_columns_of_k
   EXPECT_EQ(mha.w_o, w.w_o);
 }
 
-TEST(Ch05KvHeads, the_documents_models_share_kv_heads_as_their_head_counts_say) {
-  // LLaMA-2 70B: h = 64 query heads, d_k = 128, GQA with g = 8 (document 000 L143, L183). One
-  // token's cache per layer is 2 g d_k numbers, against 2 h d_k for MHA (a cache of one position).
-  const std::size_t d_k = 128;
-  const ref::KvCache mha({64, 64}, d_k, 1), gqa({64, 8}, d_k, 1), mqa({64, 1}, d_k, 1);
-  const double per_token_mha = static_cast<double>(mha.keys().size() + mha.values().size());
-  EXPECT_EQ(per_token_mha, 2.0 * 64 * 128);
-  const double gqa_ratio = static_cast<double>(gqa.keys().size() + gqa.values().size()) / per_token_mha;
-  const double mqa_ratio = static_cast<double>(mqa.keys().size() + mqa.values().size()) / per_token_mha;
-  // 000 L183: GQA g = 8 takes the 10 GB of MHA to 1.25 GB, 8 times less.
-  EXPECT_EQ(gqa_ratio, 1.0 / 8.0);
-  EXPECT_EQ(10.0 * gqa_ratio, 1.25);
-  // 000 L169: MQA, 1/64 of it ("about 160 MB": 10 GB / 64 = 160 MB with 1 GB = 1024 MB);
-  // 004 L57: "a 64-head model saves about 98%": 1 - 1/64 = 98.4%.
-  EXPECT_EQ(mqa_ratio, 1.0 / 64.0);
-  EXPECT_EQ(10.0 * 1024.0 * mqa_ratio, 160.0);
-  EXPECT_NEAR(1.0 - mqa_ratio, 0.98, 0.005);
-  // 004's Table 8-3 labels LLaMA 2 70B "GQA (g = h/4)" and LLaMA 3 405B "GQA (g = h/8)"; with the
-  // head counts the documents give (64/8 above; 004 L57: LLaMA 3 405B h = 128, g = 8) the groups
-  // hold h/8 and h/16 query heads: erratum.
-  EXPECT_EQ((KvHeads{64, 8}.group_size()), 8u);
-  EXPECT_EQ((KvHeads{128, 8}.group_size()), 16u);
-}
-
 // ------------------------------------------------------------------ grouped attention, the oracle
 
 struct GroupedCase {
@@ -138,7 +98,7 @@ TEST(Ch05Gqa, grouped_attention_matches_the_double_oracle_on_repeated_kv_heads) 
     if (mask == "bias") cfg.mask.bias = rng.normal_matrix(c.seq_q, c.seq_k);
     const Tensor3 out = ref::grouped_scaled_dot_product_attention(q, k, v, cfg);
     // The oracle: chapter 00's double-precision attention over each kv head copied h/g times.
-    const Tensor3 k_rep = repeat_kv_oracle(k, h), v_rep = repeat_kv_oracle(v, h);
+    const Tensor3 k_rep = expand_heads(k, h), v_rep = expand_heads(v, h);
     // As chapter 00's attention tests: a score error of eps sqrt(d) M moves the output by at most
     // 2 delta max|v|, and P V adds a reduction of length seq_k.
     const double rtol = reduction_rtol(std::max(c.head_dim, c.seq_k));

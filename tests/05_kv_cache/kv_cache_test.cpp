@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
+#include "tvlab/analysis/kv_memory.hpp"
 #include "tvlab/core/kv_heads.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gqa_attention.hpp"
@@ -22,19 +24,10 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::random_gqa_weights;
+using tvlab::ch05_testing::rows;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
-
-GqaWeights random_layer(Rng& rng, std::size_t d_model, KvHeads heads, std::size_t head_dim) {
-  const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
-  const double w_std = 1.0 / std::sqrt(static_cast<double>(d_model));
-  return {rng.normal_matrix(d_model, h * head_dim, 0, w_std), rng.normal_matrix(d_model, g * head_dim, 0, w_std),
-          rng.normal_matrix(d_model, g * head_dim, 0, w_std), rng.normal_matrix(h * head_dim, d_model, 0, w_std)};
-}
-
-Tensor2 rows(const Tensor2& x, std::size_t first, std::size_t last) {
-  return xt::view(x, xt::range(first, last), xt::all());
-}
 
 std::string label(KvHeads heads) {
   return "h " + std::to_string(heads.num_heads) + ", g " + std::to_string(heads.num_kv_heads);
@@ -61,7 +54,7 @@ TEST(Ch05KvCache, prefill_and_decode_steps_equal_one_causal_pass_at_every_positi
   for (const KvHeads heads : kLayouts) {
     Rng rng(200 + static_cast<std::uint64_t>(heads.num_heads * 10 + heads.num_kv_heads));
     const std::size_t d_model = 12, d_k = 4, prompt = 5, n = 16;
-    const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+    const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
     const Tensor2 x = rng.normal_matrix(n, d_model);
     AttentionConfig causal;
     causal.mask.causal = true;
@@ -92,7 +85,7 @@ TEST(Ch05KvCache, decoding_without_a_cache_recomputes_the_same_outputs) {
   for (const KvHeads heads : kLayouts) {
     Rng rng(300 + static_cast<std::uint64_t>(heads.num_heads * 10 + heads.num_kv_heads));
     const std::size_t d_model = 10, d_k = 3, prompt = 3, n = 12;
-    const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+    const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
     const Tensor2 x = rng.normal_matrix(n, d_model);
     ref::KvCache cache(heads, d_k, n);
     ref::prefill(cache, rows(x, 0, prompt), w, heads);
@@ -120,7 +113,7 @@ TEST(Ch05KvCache, with_rope_the_cache_keeps_rotated_keys_and_decoding_still_equa
   for (const KvHeads heads : kLayouts) {
     Rng rng(500 + static_cast<std::uint64_t>(heads.num_heads * 10 + heads.num_kv_heads));
     const std::size_t d_model = 12, d_k = 6, prompt = 4, n = 11;
-    const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+    const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
     const Tensor2 x = rng.normal_matrix(n, d_model);
     const AttentionRope rope = rope_for(d_k, 5);
     AttentionConfig causal;
@@ -153,7 +146,7 @@ TEST(Ch05KvCache, with_rope_only_relative_positions_matter_so_a_shifted_start_gi
   const KvHeads heads{4, 2};
   Rng rng(600);
   const std::size_t d_model = 12, d_k = 6, n = 9;
-  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
   const Tensor2 x = rng.normal_matrix(n, d_model);
   ref::KvCache at_zero(heads, d_k, n), shifted(heads, d_k, n);
   ref::prefill(at_zero, rows(x, 0, 3), w, heads, rope_for(d_k, 0));
@@ -174,7 +167,7 @@ TEST(Ch05KvCache, a_bad_rope_is_rejected_naming_it_and_leaves_the_cache_as_it_wa
   Rng rng(13);
   const KvHeads heads{4, 2};
   const std::size_t d_model = 6, d_k = 4;
-  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
   const Tensor2 x = rng.normal_matrix(3, d_model);
   ref::KvCache cache(heads, d_k, 8);
   ref::prefill(cache, x, w, heads, rope_for(d_k, 0));
@@ -197,7 +190,7 @@ TEST(Ch05KvCache, projection_multiply_adds_follow_the_closed_forms_with_and_with
       for (const std::size_t new_tokens : {0, 1, 9}) {
         Rng rng(400 + prompt * 10 + new_tokens);
         const std::size_t d_model = 8, d_k = 3, n = prompt + new_tokens;
-        const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+        const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
         const Tensor2 x = rng.normal_matrix(n, d_model);
         // Counted in the loops: the prompt's pass, then one step per new token, each way.
         ref::KvCache cache(heads, d_k, n);
@@ -246,7 +239,7 @@ TEST(Ch05KvCache, the_cache_holds_each_tokens_projected_key_and_value_and_nan_be
   Rng rng(7);
   const KvHeads heads{4, 2};
   const std::size_t d_model = 6, d_k = 3;
-  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
   const Tensor2 x = rng.normal_matrix(5, d_model);
   ref::KvCache cache(heads, d_k, 8);
   ref::prefill(cache, rows(x, 0, 4), w, heads);
@@ -279,7 +272,7 @@ TEST(Ch05KvCache, appending_past_the_capacity_names_it_and_leaves_the_cache_as_i
   Rng rng(11);
   const KvHeads heads{4, 2};
   const std::size_t d_model = 6, d_k = 3, capacity = 5;
-  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
   const Tensor2 x = rng.normal_matrix(7, d_model);
   ref::KvCache cache(heads, d_k, capacity);
   ref::prefill(cache, rows(x, 0, 4), w, heads);
@@ -300,7 +293,7 @@ TEST(Ch05KvCache, rejects_bad_input_naming_the_parameter_and_leaves_the_cache_as
   Rng rng(12);
   const KvHeads heads{4, 2};
   const std::size_t d_model = 6, d_k = 3;
-  const GqaWeights w = random_layer(rng, d_model, heads, d_k);
+  const GqaWeights w = random_gqa_weights(rng, d_model, heads, d_k);
   const Tensor2 x = rng.normal_matrix(3, d_model);
   ref::KvCache cache(heads, d_k, 8);
   ref::prefill(cache, x, w, heads);
@@ -314,10 +307,10 @@ TEST(Ch05KvCache, rejects_bad_input_naming_the_parameter_and_leaves_the_cache_as
   EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, nan_token, w, heads); }, {"decode", "x_token", "non-finite"}));
   EXPECT_TRUE(throws_error_naming([&] { ref::prefill(cache, Tensor2::from_shape({0, d_model}), w, heads); }, {"x", "empty"}));
   // Weights of another layout, or a cache made for another one.
-  const GqaWeights mqa = random_layer(rng, d_model, {4, 1}, d_k);
+  const GqaWeights mqa = random_gqa_weights(rng, d_model, {4, 1}, d_k);
   EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 1), mqa, heads); }, {"w_k", "num_kv_heads * head_dim"}));
   EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 1), mqa, {4, 1}); }, {"cache", "num_kv_heads 2"}));
-  const GqaWeights wide = random_layer(rng, d_model, heads, 4);
+  const GqaWeights wide = random_gqa_weights(rng, d_model, heads, 4);
   EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 1), wide, heads); }, {"cache", "head_dim 3"}));
   EXPECT_TRUE(throws_error_naming([&] { ref::decode(cache, rows(x, 0, 1), w, {4, 3}); }, {"decode", "num_kv_heads (3)"}));
   // Finite inputs whose keys would overflow the scores.
@@ -350,6 +343,12 @@ TEST(Ch05KvCache, the_cost_calculator_rejects_zero_sizes_and_counts_beyond_64_bi
   EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, 3, 8, heads, 0, true); }, {"head_dim"}));
   EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, 3, 8, {4, 3}, 3, true); }, {"num_kv_heads (3)"}));
   EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, std::size_t{1} << 40, 4096, heads, 128, false); },
+                                  {"decode_projection_macs", "64 bits"}));
+  // The sum p + n and the doubling 2 d are checked too (they wrapped to small counts once).
+  constexpr std::size_t top = std::numeric_limits<std::size_t>::max();
+  EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(top, 1, 1, {1, 1}, 1, true); },
+                                  {"decode_projection_macs", "64 bits"}));
+  EXPECT_TRUE(throws_error_naming([&] { analysis::decode_projection_macs(1, 0, top / 2 + 1, {1, 1}, 1, true); },
                                   {"decode_projection_macs", "64 bits"}));
 }
 

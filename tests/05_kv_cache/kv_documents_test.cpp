@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "tvlab/analysis/kv_memory.hpp"
+#include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/model_config.hpp"
 
 namespace tvlab::kv {
@@ -25,7 +26,7 @@ constexpr double kKiB = 1024.0, kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * 1024.0 *
 constexpr long long kHeads = 64, kHeadDim = 128, kLayers = 80, kContext = 4096;
 
 KvCacheSize documents_llama_2_70b_mha(long long seq_len) {
-  return kv_cache_size(gqa_kv_elements_per_token(kHeads, kHeads, kHeadDim), kLayers, seq_len, 1, KvDType::fp16);
+  return kv_cache_size(gqa_kv_elements_per_token(kHeads, kHeads, kHeadDim), kLayers, seq_len, 1, DType::fp16);
 }
 
 // Llama 2 70B's FP16 weights from its published shape (huggingface.co/meta-llama/Llama-2-70b-hf
@@ -60,7 +61,7 @@ TEST(Ch05Documents, x2_x11_eighty_layers_make_10_gib_and_32k_and_128k_scale_line
 TEST(Ch05Documents, x2_note_the_published_llama_2_70b_caches_one_eighth_of_that) {
   // The published model has num_key_value_heads = 8, so its 4K cache is 1.25 GiB, not 10 GiB
   // (000 L143 calls the 64-head MHA shape "LLaMA-2 70B"; 000 L183 later treats g = 8 as an option).
-  const KvCacheSize real = kv_cache_size(named_model_config("llama-2-70b"), kContext, 1, KvDType::fp16);
+  const KvCacheSize real = kv_cache_size(named_model_config("llama-2-70b"), kContext, 1, DType::fp16);
   EXPECT_EQ(real.bytes_per_sequence, 1.25 * kGiB);
   EXPECT_EQ(documents_llama_2_70b_mha(kContext).bytes_per_sequence / real.bytes_per_sequence, 8);
 }
@@ -70,14 +71,14 @@ TEST(Ch05Documents, x3_two_80_gb_gpus_hold_two_4k_mha_conversations_beside_the_w
   const double per_conversation = documents_llama_2_70b_mha(kContext).bytes_per_sequence;
   EXPECT_EQ(sequences_that_fit(per_conversation, llama_2_70b_weight_bytes(), 2, 80e9), 2);
   // With the published GQA cache (1.25 GiB) the same server holds 16.
-  const double real = kv_cache_size(named_model_config("llama-2-70b"), kContext, 1, KvDType::fp16).bytes_per_sequence;
+  const double real = kv_cache_size(named_model_config("llama-2-70b"), kContext, 1, DType::fp16).bytes_per_sequence;
   EXPECT_EQ(sequences_that_fit(real, llama_2_70b_weight_bytes(), 2, 80e9), 16);
 }
 
 TEST(Ch05Documents, x4_x12_mqa_divides_the_cache_by_64_to_160_mib) {
   // 000 L169: MQA (g = 1): "10 GB -> about 160 MB, 1/64"; "tens to hundreds of requests".
   const KvCacheSize mqa =
-      kv_cache_size(gqa_kv_elements_per_token(kHeads, 1, kHeadDim), kLayers, kContext, 1, KvDType::fp16);
+      kv_cache_size(gqa_kv_elements_per_token(kHeads, 1, kHeadDim), kLayers, kContext, 1, DType::fp16);
   EXPECT_EQ(mqa.bytes_per_sequence, 160 * kMiB);
   EXPECT_EQ(documents_llama_2_70b_mha(kContext).bytes_per_sequence / mqa.bytes_per_sequence, 64);
   const long long requests = sequences_that_fit(mqa.bytes_per_sequence, llama_2_70b_weight_bytes(), 2, 80e9);
@@ -89,7 +90,7 @@ TEST(Ch05Documents, x4_x12_mqa_divides_the_cache_by_64_to_160_mib) {
 TEST(Ch05Documents, x5_gqa_with_8_groups_gives_1_25_gib_eight_times_less) {
   // 000 L183: g = 8: "10 GB -> 1.25 GB, 8x".
   const KvCacheSize gqa =
-      kv_cache_size(gqa_kv_elements_per_token(kHeads, 8, kHeadDim), kLayers, kContext, 1, KvDType::fp16);
+      kv_cache_size(gqa_kv_elements_per_token(kHeads, 8, kHeadDim), kLayers, kContext, 1, DType::fp16);
   EXPECT_EQ(gqa.bytes_per_sequence, 1.25 * kGiB);
   EXPECT_EQ(documents_llama_2_70b_mha(kContext).bytes_per_sequence / gqa.bytes_per_sequence, 8);
 }
@@ -99,14 +100,14 @@ TEST(Ch05Documents, x6_x14_deepseek_v2_mla_caches_576_values_a_token_57_times_le
   const double mha = gqa_kv_elements_per_token(v2.num_attention_heads, v2.num_attention_heads, v2.head_dim);
   // 000 L197 and 004 L57: MHA 2 x 128 x 128 = 32,768 values, 65,536 bytes in FP16 (= 64 KiB): right.
   EXPECT_EQ(mha, 32768);
-  EXPECT_EQ(mha * kv_bytes_per_element(KvDType::fp16), 64 * kKiB);
+  EXPECT_EQ(mha * bytes_per_element(DType::fp16), 64 * kKiB);
   // 000 L197: the latent alone is 512 values, 1 KiB in FP16: right, and 32,768 / 512 = 64 ...
   EXPECT_EQ(mla_kv_elements_per_token(v2.kv_lora_rank, 0) * 2, 1 * kKiB);
   // ... but MLA also caches the decoupled RoPE key k^R (d_h^R = 64, shared by the heads;
-  // arXiv:2405.04434 eq. (14) and Table 1): 576 values = 1,152 bytes, a ratio of 56.9, not 64.
+  // arXiv:2405.04434 eq. (15) and Table 1): 576 values = 1,152 bytes, a ratio of 56.9, not 64.
   const double mla = model_kv_elements_per_token(v2);
   EXPECT_EQ(mla, 576);
-  EXPECT_EQ(mla * kv_bytes_per_element(KvDType::fp16), 1152);
+  EXPECT_EQ(mla * bytes_per_element(DType::fp16), 1152);
   EXPECT_NEAR(mha / mla, 56.89, 0.005);
   // 004 L57 says MLA needs "2 x 512 x 2 = 2,048 bytes", "about 32x": the latent is one vector for
   // K and V together, so the factor 2 for K and V does not apply. Correct: 1,152 bytes, 56.9x
@@ -142,7 +143,7 @@ TEST(Ch05Documents, x10_a_32_layer_mha_model_at_a_million_tokens_needs_half_a_te
   // 004 L42: 32 layers, 32 heads, d = 128, BF16, 1M tokens: "2 x 32 x 32 x 128 x 10 x 2 bytes" (the
   // 10 is a garbled 10^6), "order of 512 GB", "about 7 80 GB H100".
   const KvCacheSize s =
-      kv_cache_size(gqa_kv_elements_per_token(32, 32, 128), 32, 1000000, 1, KvDType::bf16);
+      kv_cache_size(gqa_kv_elements_per_token(32, 32, 128), 32, 1000000, 1, DType::bf16);
   EXPECT_EQ(s.bytes_total, 524.288e9);  // 512 KiB a token x 10^6 tokens: 524 GB = 488 GiB
   EXPECT_NEAR(s.bytes_total / 512e9, 1.0, 0.05);  // "order of 512 GB"
   EXPECT_EQ(gpus_needed(s.bytes_total, 0, 80e9), 7);
@@ -162,7 +163,7 @@ TEST(Ch05Documents, x13_table_8_3_gives_the_wrong_group_ratios) {
 TEST(Ch05Documents, x15_the_decoupled_rope_key_adds_64_values_a_token_not_8192) {
   // 004 L57: decoupled RoPE adds "h x d_R = 8192" cached dimensions "(vs the standard h x d_k = 16384)".
   // DeepSeek-V2 computes one k^R per token from h_t and shares it by all heads (arXiv:2405.04434
-  // eq. (14)); only the query part q^R is per head. Extra cache: d_h^R = 64 values.
+  // eq. (15)); only the query part q^R is per head. Extra cache: d_h^R = 64 values.
   const ModelConfig& v2 = named_model_config("deepseek-v2");
   EXPECT_EQ(model_kv_elements_per_token(v2) - mla_kv_elements_per_token(v2.kv_lora_rank, 0), 64);
   EXPECT_EQ(v2.num_attention_heads * v2.head_dim, 16384);  // h x d_k of a standard K: right
@@ -197,24 +198,38 @@ TEST(Ch05Documents, x19_llama_3_8b_gqa_int8_at_4k_is_256_mib_eight_times_less) {
   const ModelConfig& llama = named_model_config("llama-3-8b");
   ModelConfig as_mha = llama;
   as_mha.num_key_value_heads = as_mha.num_attention_heads;
-  const double mha_fp16 = kv_cache_size(as_mha, 4096, 1, KvDType::fp16).bytes_total;
-  const double gqa_int8 = kv_cache_size(llama, 4096, 1, KvDType::int8).bytes_total;
+  const double mha_fp16 = kv_cache_size(as_mha, 4096, 1, DType::fp16).bytes_total;
+  const double gqa_int8 = kv_cache_size(llama, 4096, 1, DType::int8).bytes_total;
   EXPECT_EQ(mha_fp16, 2 * kGiB);  // right
   // h / g = 32 / 8 = 4 from the heads, 2 from FP16 -> INT8: 8x, 256 MiB (the document: 16x, 128 MB).
   EXPECT_EQ(gqa_int8, 256 * kMiB);
   EXPECT_EQ(mha_fp16 / gqa_int8, 8);
+  // With the scales a real INT8 cache stores (one float32 per token and kv head of 128 values) the
+  // ratio falls below 8, to (h / g) 2 d / (d + 4) = 7.76: INT8 cannot reach 16x.
+  const double L = 32, h = 32, g = 8, d = 128, n = 4096;
+  const double int8_with_scales = 2 * L * n * kv_bytes_per_token(int8_per_token(128), 8, 128);
+  EXPECT_NEAR(mha_fp16 / int8_with_scales, (h / g) * 2 * d / (d + 4), 1e-12);
+  EXPECT_LT(mha_fp16 / int8_with_scales, 8.0);
+  // 128 MB and 16x are GQA + INT4 (half a byte an element): 15.1x with a scale and a minimum per 128.
+  const double int4_with_scales = 2 * L * n * kv_bytes_per_token(int4_per_group(128, true), 8, 128);
+  EXPECT_NEAR(mha_fp16 / int4_with_scales, (h / g) * 4 * d / (d + 8), 1e-12);
 }
 
 TEST(Ch05Documents, x20_deepseek_v3_latent_in_int4_is_256_bytes_a_token_and_layer) {
   // 004 L63: d_c = 512 in INT4, "about 512 bytes per token". 512 values x 4 bits = 256 bytes per
   // layer (288 with the RoPE key also in INT4); a token through all 61 layers: 17,568 bytes.
   const ModelConfig& v3 = named_model_config("deepseek-v3");
-  EXPECT_EQ(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * kv_bytes_per_element(KvDType::int4), 256);
-  const KvCacheSize s = kv_cache_size(v3, 1, 1, KvDType::int4);
+  EXPECT_EQ(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * bytes_per_element(DType::int4), 256);
+  const KvCacheSize s = kv_cache_size(v3, 1, 1, DType::int4);
   EXPECT_EQ(s.bytes_per_token_per_layer, 288);
   EXPECT_EQ(s.bytes_per_token, 288.0 * 61);
   // 512 bytes is the latent in INT8 (one layer).
-  EXPECT_EQ(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * kv_bytes_per_element(KvDType::int8), 512);
+  EXPECT_EQ(mla_kv_elements_per_token(v3.kv_lora_rank, 0) * bytes_per_element(DType::int8), 512);
+  // A stored INT4 latent also keeps its scales: 8 groups of 64 with a float32 scale and minimum,
+  // 64 bytes more; INT8 with one scale per token: 512 + 4.
+  const std::size_t d_c = 512;
+  EXPECT_EQ(kv_bytes_per_token(int4_per_group(64), 1, d_c), d_c / 2.0 + (d_c / 64) * 8.0);
+  EXPECT_EQ(kv_bytes_per_token(int8_per_token(d_c), 1, d_c), d_c + 4.0);
 }
 
 TEST(Ch05Documents, x21_the_documents_mla_formula_gives_97_percent_for_deepseek_v2_not_60) {
@@ -243,7 +258,7 @@ TEST(Ch05Documents, c1_decode_attention_does_about_one_flop_per_cached_byte) {
   const long long h = 32, d = 128, n = 1000000;
   for (long long g : {32LL, 8LL}) {
     const double flops = 4.0 * h * d * n;
-    const double bytes = kv_cache_size(gqa_kv_elements_per_token(h, g, d), 1, n, 1, KvDType::bf16).bytes_total;
+    const double bytes = kv_cache_size(gqa_kv_elements_per_token(h, g, d), 1, n, 1, DType::bf16).bytes_total;
     EXPECT_EQ(flops / bytes, 2.0 * h / (g * 2.0)) << "g = " << g;
   }
 }

@@ -13,6 +13,7 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/rng.hpp"
@@ -21,6 +22,7 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::expand_heads;
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
@@ -186,41 +188,7 @@ TEST(Ch05KvQuant, bytes_per_token_follow_the_closed_forms) {
   }
 }
 
-// 004 L63: "LLaMA 3 8B, 4K context: from 2 GB (MHA + FP16) to 128 MB (GQA + INT8), 16x". LLaMA 3 8B
-// has L = 32 layers, h = 32 query heads, g = 8 kv heads, d = 128. MHA + FP16 is 2 L h d n 2 bytes =
-// 2 GiB (right). GQA + INT8 keeps g d one-byte codes per token and layer for K and for V: 2 L g d n =
-// 256 MiB of codes (264 MiB with one float32 scale per token and head), a ratio of (h / g) (2 / 1) = 8
-// (7.76 with scales), not 16. 128 MB and 16x are GQA + INT4 (half a byte per element).
-TEST(Ch05KvQuant, llama3_8b_gqa_int8_cache_is_8_times_smaller_than_mha_fp16_not_16) {
-  const double L = 32, h = 32, g = 8, d = 128, n = 4096;
-  const double mha_fp16 = 2 * L * h * d * n * 2;
-  EXPECT_EQ(mha_fp16, std::ldexp(1.0, 31)) << "2 GiB";
-  const double gqa_int8 = 2 * L * n * kv_bytes_per_token(int8_per_token(128), 8, 128);
-  EXPECT_NEAR(mha_fp16 / gqa_int8, (h / g) * 2 * d / (d + 4), 1e-12) << "codes plus one 4-byte scale per 128";
-  EXPECT_LT(mha_fp16 / gqa_int8, 8.0) << "INT8 cannot reach the documents' 16x: at most (h/g) x 2 = 8";
-  const double gqa_int4 = 2 * L * n * kv_bytes_per_token(int4_per_group(128, true), 8, 128);
-  EXPECT_NEAR(mha_fp16 / gqa_int4, (h / g) * 4 * d / (d + 8), 1e-12) << "INT4 gives about 16x (15.1 with scales)";
-}
-
-// 004 L63: "DeepSeek-V3's latent d_c = 512 quantized to INT4: about 512 bytes of KV cache per token".
-// 512 four-bit codes are 256 bytes per token and layer (plus the scales: 8 groups of 64 with a scale
-// and a minimum, 64 bytes); 512 bytes is the INT8 size. (Per token over DeepSeek-V3's 61 layers it is
-// 61 times more, and the decoupled RoPE key of 64 elements is not counted either.)
-TEST(Ch05KvQuant, deepseek_v3_latent_in_int4_takes_256_bytes_of_codes_per_token_and_layer_not_512) {
-  const std::size_t d_c = 512;
-  EXPECT_EQ(kv_bytes_per_token(int4_per_group(64), 1, d_c), d_c / 2.0 + (d_c / 64) * 8.0);
-  EXPECT_EQ(kv_bytes_per_token(int8_per_token(d_c), 1, d_c), d_c + 4.0) << "512 bytes of codes is INT8";
-}
-
 // ------------------------------------------------------------------------------------- attention
-
-// The keys [g, n, d] repeated for h query heads (query head i reads kv head i / (h / g)).
-Tensor3 expand_heads(const Tensor3& x, std::size_t num_heads) {
-  const std::size_t g = x.shape()[0], group = num_heads / g;
-  Tensor3 out = Tensor3::from_shape({num_heads, x.shape()[1], x.shape()[2]});
-  for (std::size_t i = 0; i < num_heads; ++i) xt::view(out, i) = xt::view(x, i / group);
-  return out;
-}
 
 struct QuantAttentionCase {
   const char* label;

@@ -120,6 +120,13 @@ TEST(Ch05ModelConfig, bad_files_and_fields_name_the_file_and_the_field) {
   const std::string half = write_config("half", R"({"num_hidden_layers": 2, "hidden_size": 64,
     "num_attention_heads": 4, "num_key_value_heads": 1.5})");
   EXPECT_TRUE(throws_error_naming([&] { read_model_config(half); }, {half, "num_key_value_heads", "whole number"}));
+  // Sizes beyond a long long (a whole-number double, an unsigned integer) are refused, not converted.
+  const std::string huge = write_config("huge", R"({"num_hidden_layers": 1e300, "hidden_size": 64,
+    "num_attention_heads": 4})");
+  EXPECT_TRUE(throws_error_naming([&] { read_model_config(huge); }, {huge, "num_hidden_layers", "64-bit"}));
+  const std::string huge_unsigned = write_config("huge_unsigned", R"({"num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 18446744073709551615})");
+  EXPECT_TRUE(throws_error_naming([&] { read_model_config(huge_unsigned); }, {huge_unsigned, "num_attention_heads", "64-bit"}));
   const std::string dtype = write_config("dtype", R"({"num_hidden_layers": 2, "hidden_size": 64,
     "num_attention_heads": 4, "torch_dtype": 16})");
   EXPECT_TRUE(throws_error_naming([&] { read_model_config(dtype); }, {dtype, "torch_dtype", "string"}));

@@ -17,6 +17,7 @@
 
 #include "../common/attention_oracle.hpp"
 #include "../common/testing.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/analysis/paged_waste.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/rng.hpp"
@@ -25,21 +26,12 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::expand_heads;
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
 // Column t of x [heads, seq, dim]: one token's vectors of every head, [heads, dim].
 Tensor2 token(const Tensor3& x, std::size_t t) { return xt::view(x, xt::all(), t, xt::all()); }
-
-// The keys [g, n, d] of the cache's g heads repeated for h query heads, [h, n, d]: query head i reads
-// kv head i / (h / g) (GQA, Ainslie et al. 2023), so that chapter 00's oracle, which pairs head i
-// with head i, computes grouped attention.
-Tensor3 expand_heads(const Tensor3& x, std::size_t num_heads) {
-  const std::size_t g = x.shape()[0], group = num_heads / g;
-  Tensor3 out = Tensor3::from_shape({num_heads, x.shape()[1], x.shape()[2]});
-  for (std::size_t i = 0; i < num_heads; ++i) xt::view(out, i) = xt::view(x, i / group);
-  return out;
-}
 
 // Everything a PagedKvCache holds, read through its public interface: what a refused call must not change.
 struct Snapshot {
@@ -600,6 +592,17 @@ TEST(Ch05PagedWaste, rejects_bad_input_naming_the_parameter) {
   EXPECT_TRUE(throws_error_naming([] { analysis::kv_waste({{1, 1}, {8, 5}}, 10, 4); },
                                   {"kv_waste", "requests[1] has length 13", "max_len (10)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::kv_waste({{4, 0}}, 10, 4); }, {"kv_waste", "requests[0] has output_len 0"}));
+  // Sizes at the top of size_t: L + b - 1 and prompt + output would wrap around to small numbers.
+  constexpr std::size_t top = std::numeric_limits<std::size_t>::max();
+  EXPECT_EQ(analysis::paged_slots(top - 15, 16), top - 15);  // 2^64 - 16, already whole blocks
+  EXPECT_TRUE(throws_error_naming([] { analysis::paged_slots(top, 16); }, {"paged_slots", "length", "size_t"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::kv_waste({{top, 2}}, 10, 4); }, {"kv_waste", "requests[0] has length"}));
+  // A log-normal draw clamped to a maximum of 2^64 - 1 (2^64 as a double) returns the maximum.
+  const auto huge = analysis::sample_requests(
+      {.num_requests = 1,
+       .prompt = {.kind = analysis::LengthDistribution::log_normal, .min = 1, .max = top, .median = 1e30, .sigma = 0},
+       .output = {.min = 1, .max = 1}});
+  EXPECT_EQ(huge[0].prompt_len, top);
   EXPECT_TRUE(throws_error_naming([] { analysis::sample_requests({.num_requests = 0}); },
                                   {"sample_requests", "cfg.num_requests (0)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::sample_requests({.prompt = {.min = 5, .max = 4}}); },

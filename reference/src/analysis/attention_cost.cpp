@@ -11,7 +11,9 @@ double bytes_per_element(DType dtype) {
     case DType::fp32: return 4;
     case DType::fp16:
     case DType::bf16: return 2;
-    case DType::fp8: return 1;
+    case DType::fp8:
+    case DType::int8: return 1;
+    case DType::int4: return 0.5;  // two 4-bit values per byte
   }
   fail("bytes_per_element", "dtype (", static_cast<int>(dtype), ") is not a tvlab::analysis::DType");
 }
@@ -22,8 +24,10 @@ const char* dtype_name(DType dtype) {
     case DType::fp16: return "fp16";
     case DType::bf16: return "bf16";
     case DType::fp8: return "fp8";
+    case DType::int8: return "int8";
+    case DType::int4: return "int4";
   }
-  return "?";
+  fail("dtype_name", "dtype (", static_cast<int>(dtype), ") is not a tvlab::analysis::DType");
 }
 
 AttentionMatrixMemory attention_matrix_memory(long long seq, long long num_heads, long long attention_sublayers,

@@ -9,48 +9,32 @@
 
 namespace tvlab::analysis {
 
-double kv_bytes_per_element(KvDType dtype) {
-  switch (dtype) {
-    case KvDType::fp32: return 4;
-    case KvDType::fp16:
-    case KvDType::bf16: return 2;
-    case KvDType::fp8:
-    case KvDType::int8: return 1;
-    case KvDType::int4: return 0.5;  // two 4-bit values per byte
-  }
-  fail("kv_bytes_per_element", "dtype (", static_cast<int>(dtype), ") is not a KvDType");
+namespace {
+
+// 2^63, the first whole number a long long cannot hold (exact as a double).
+constexpr double kLongLongLimit = 9223372036854775808.0;
+
+std::uint64_t times(const char* fn, std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  require(!__builtin_mul_overflow(a, b, &r), fn, "the count exceeds 64 bits (", a, " x ", b, ")");
+  return r;
+}
+std::uint64_t plus(const char* fn, std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  require(!__builtin_add_overflow(a, b, &r), fn, "the count exceeds 64 bits (", a, " + ", b, ")");
+  return r;
 }
 
-const char* kv_dtype_name(KvDType dtype) {
-  switch (dtype) {
-    case KvDType::fp32: return "fp32";
-    case KvDType::fp16: return "fp16";
-    case KvDType::bf16: return "bf16";
-    case KvDType::fp8: return "fp8";
-    case KvDType::int8: return "int8";
-    case KvDType::int4: return "int4";
-  }
-  fail("kv_dtype_name", "dtype (", static_cast<int>(dtype), ") is not a KvDType");
-}
+}  // namespace
 
-KvDType kv_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::fp32: return KvDType::fp32;
-    case DType::fp16: return KvDType::fp16;
-    case DType::bf16: return KvDType::bf16;
-    case DType::fp8: return KvDType::fp8;
-  }
-  fail("kv_dtype", "dtype (", static_cast<int>(dtype), ") is not a tvlab::analysis::DType");
-}
-
-KvDType kv_dtype_from_torch_dtype(const std::string& torch_dtype) {
-  if (torch_dtype == "float32" || torch_dtype == "fp32") return KvDType::fp32;
-  if (torch_dtype == "float16" || torch_dtype == "fp16") return KvDType::fp16;
-  if (torch_dtype == "bfloat16" || torch_dtype == "bf16") return KvDType::bf16;
-  if (torch_dtype == "fp8" || torch_dtype == "float8_e4m3fn" || torch_dtype == "float8_e5m2") return KvDType::fp8;
-  if (torch_dtype == "int8") return KvDType::int8;
-  if (torch_dtype == "int4") return KvDType::int4;
-  fail("kv_dtype_from_torch_dtype", "torch_dtype (\"", torch_dtype,
+DType dtype_from_torch_dtype(const std::string& torch_dtype) {
+  if (torch_dtype == "float32" || torch_dtype == "fp32") return DType::fp32;
+  if (torch_dtype == "float16" || torch_dtype == "fp16") return DType::fp16;
+  if (torch_dtype == "bfloat16" || torch_dtype == "bf16") return DType::bf16;
+  if (torch_dtype == "fp8" || torch_dtype == "float8_e4m3fn" || torch_dtype == "float8_e5m2") return DType::fp8;
+  if (torch_dtype == "int8") return DType::int8;
+  if (torch_dtype == "int4") return DType::int4;
+  fail("dtype_from_torch_dtype", "torch_dtype (\"", torch_dtype,
        "\") is not one of float32, float16, bfloat16, fp8, int8, int4");
 }
 
@@ -80,7 +64,9 @@ double tpa_kv_elements_per_token(long long rank_k, long long rank_v, long long n
   require_positive(fn, "num_heads", num_heads);
   require_positive(fn, "head_dim", head_dim);
   // (R_K + R_V)(h + d_h): each rank-1 term a_r (x) b_r caches a in R^h and b in R^{d_h}.
-  return static_cast<double>(rank_k + rank_v) * static_cast<double>(num_heads + head_dim);
+  // Summed as doubles: the long long sums could overflow.
+  return (static_cast<double>(rank_k) + static_cast<double>(rank_v)) *
+         (static_cast<double>(num_heads) + static_cast<double>(head_dim));
 }
 
 double model_kv_elements_per_token(const ModelConfig& config) {
@@ -90,14 +76,14 @@ double model_kv_elements_per_token(const ModelConfig& config) {
 }
 
 KvCacheSize kv_cache_size(double elements_per_token_per_layer, long long num_layers, long long seq_len,
-                          long long batch, KvDType dtype) {
+                          long long batch, DType dtype) {
   constexpr const char* fn = "kv_cache_size";
   require(std::isfinite(elements_per_token_per_layer) && elements_per_token_per_layer > 0, fn,
           "elements_per_token_per_layer (", elements_per_token_per_layer, ") must be positive");
   require_positive(fn, "num_layers", num_layers);
   require_positive(fn, "seq_len", seq_len);
   require_positive(fn, "batch", batch);
-  const double b = kv_bytes_per_element(dtype);
+  const double b = bytes_per_element(dtype);
   const double layers = static_cast<double>(num_layers), tokens = static_cast<double>(seq_len);
   KvCacheSize s;
   s.elements_per_token_per_layer = elements_per_token_per_layer;
@@ -109,12 +95,12 @@ KvCacheSize kv_cache_size(double elements_per_token_per_layer, long long num_lay
   return s;
 }
 
-KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, KvDType dtype) {
+KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, DType dtype) {
   return kv_cache_size(model_kv_elements_per_token(config), config.num_hidden_layers, seq_len, batch, dtype);
 }
 
 double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_layer, long long num_heads,
-                              long long head_dim, long long seq_len, long long batch, KvDType dtype) {
+                              long long head_dim, long long seq_len, long long batch, DType dtype) {
   constexpr const char* fn = "per_layer_gqa_kv_bytes";
   require(!num_kv_heads_per_layer.empty(), fn, "num_kv_heads_per_layer must not be empty (one entry per layer)");
   require_positive(fn, "num_heads", num_heads);
@@ -129,7 +115,7 @@ double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_lay
             ") must be a positive divisor of num_heads (", num_heads, ")");
     elements += 2.0 * static_cast<double>(g) * static_cast<double>(head_dim);
   }
-  return elements * static_cast<double>(seq_len) * static_cast<double>(batch) * kv_bytes_per_element(dtype);
+  return elements * static_cast<double>(seq_len) * static_cast<double>(batch) * bytes_per_element(dtype);
 }
 
 long long gpus_needed(double kv_bytes, double weight_bytes, double gpu_bytes) {
@@ -138,7 +124,11 @@ long long gpus_needed(double kv_bytes, double weight_bytes, double gpu_bytes) {
   require(std::isfinite(weight_bytes) && weight_bytes >= 0, fn, "weight_bytes (", weight_bytes,
           ") must not be negative");
   require(std::isfinite(gpu_bytes) && gpu_bytes > 0, fn, "gpu_bytes (", gpu_bytes, ") must be positive");
-  return static_cast<long long>(std::ceil((kv_bytes + weight_bytes) / gpu_bytes));
+  const double gpus = std::ceil((kv_bytes + weight_bytes) / gpu_bytes);
+  // Converting a double beyond long long's range is undefined behaviour: refuse such a count.
+  require(gpus < kLongLongLimit, fn, "kv_bytes (", kv_bytes, ") and weight_bytes (", weight_bytes, ") need ", gpus,
+          " GPUs of gpu_bytes (", gpu_bytes, "), more than a long long counts (2^63)");
+  return static_cast<long long>(gpus);
 }
 
 long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, long long num_gpus, double gpu_bytes) {
@@ -151,7 +141,12 @@ long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, lon
   require(std::isfinite(gpu_bytes) && gpu_bytes > 0, fn, "gpu_bytes (", gpu_bytes, ") must be positive");
   const double free_bytes = static_cast<double>(num_gpus) * gpu_bytes - weight_bytes;
   if (free_bytes <= 0) return 0;
-  return static_cast<long long>(std::floor(free_bytes / bytes_per_sequence));
+  const double sequences = std::floor(free_bytes / bytes_per_sequence);
+  // As in gpus_needed: a count beyond long long's range is refused, not converted.
+  require(sequences < kLongLongLimit, fn, "bytes_per_sequence (", bytes_per_sequence, ") fits ", sequences,
+          " times in num_gpus (", num_gpus, ") x gpu_bytes (", gpu_bytes,
+          ") less the weights, more than a long long counts (2^63)");
+  return static_cast<long long>(sequences);
 }
 
 TensorParallelKv tensor_parallel_kv(long long num_heads, long long num_kv_heads, long long head_dim,
@@ -215,6 +210,25 @@ double layer_activation_bytes(long long seq_len, long long batch, long long hidd
   // s b h (34 + 5 a s / h): 34 s b h for the linear parts and norms, 5 a s^2 b for the score
   // matrices (QK^T, softmax, its dropout mask and the dropout output).
   return s * b * h * (34.0 + 5.0 * a * s / h);
+}
+
+std::uint64_t decode_projection_macs(std::size_t p, std::size_t n, std::size_t d, const KvHeads& heads,
+                                     std::size_t d_k, bool with_cache) {
+  const char* fn = "decode_projection_macs";
+  require_positive(fn, "prompt_length", p);
+  require_positive(fn, "d_model", d);
+  require_positive(fn, "head_dim", d_k);
+  validate_kv_heads(fn, heads);
+  const std::uint64_t h = static_cast<std::uint64_t>(heads.num_heads), g = static_cast<std::uint64_t>(heads.num_kv_heads);
+  // One token through all four projections: 2 d d_k (h + g).
+  const std::uint64_t per_token = times(fn, times(fn, times(fn, 2, d), d_k), h + g);
+  if (with_cache) return times(fn, plus(fn, p, n), per_token);  // (p + n) 2 d d_k (h + g)
+  // p 2 d d_k (h + g) + n 2 d h d_k + 2 d g d_k (n p + n (n + 1) / 2)
+  const std::uint64_t prompt = times(fn, p, per_token);
+  const std::uint64_t queries_and_outputs = times(fn, n, times(fn, times(fn, times(fn, 2, d), h), d_k));
+  const std::uint64_t tokens_reprojected = plus(fn, times(fn, n, p), times(fn, n, plus(fn, n, 1)) / 2);
+  const std::uint64_t keys_and_values = times(fn, times(fn, times(fn, times(fn, 2, d), g), d_k), tokens_reprojected);
+  return plus(fn, plus(fn, prompt, queries_and_outputs), keys_and_values);
 }
 
 }  // namespace tvlab::analysis

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -10,8 +11,11 @@ namespace tvlab::analysis {
 
 std::size_t paged_slots(std::size_t length, std::size_t block_size) {
   require_positive("paged_slots", "block_size", block_size);
-  // ceil(L / b) b
-  return (length + block_size - 1) / block_size * block_size;
+  // ceil(L / b) b, without forming L + b - 1 (which could wrap around)
+  const std::size_t blocks = length / block_size + (length % block_size != 0 ? 1 : 0);
+  require(blocks <= std::numeric_limits<std::size_t>::max() / block_size, "paged_slots", "length (", length,
+          ") rounded up to whole blocks of block_size (", block_size, ") exceeds the range of size_t");
+  return blocks * block_size;
 }
 
 std::size_t last_block_waste(std::size_t length, std::size_t block_size) {
@@ -41,6 +45,8 @@ std::size_t draw(Rng& rng, const TokenCountDistribution& d) {
   // round(exp(ln median + sigma z)), clamped to [min, max]
   const double x = std::exp(std::log(d.median) + d.sigma * rng.normal());
   const double clamped = std::clamp(std::round(x), static_cast<double>(d.min), static_cast<double>(d.max));
+  // A max near 2^64 rounds up as a double, and converting 2^64 back is undefined: stop at max.
+  if (clamped >= static_cast<double>(d.max)) return d.max;
   return static_cast<std::size_t>(clamped);
 }
 
@@ -68,8 +74,10 @@ KvWasteReport kv_waste(const std::vector<Request>& requests, std::size_t max_len
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const Request& q = requests[r];
     require(q.output_len >= 1, fn, "requests[", r, "] has output_len 0: a request generates at least one token");
-    require(q.length() <= max_len, fn, "requests[", r, "] has length ", q.length(), " (prompt ", q.prompt_len,
-            " + output ", q.output_len, "), more than max_len (", max_len, ")");
+    // Compared without forming prompt + output, which could wrap around.
+    require(q.prompt_len <= max_len && q.output_len <= max_len - q.prompt_len, fn, "requests[", r,
+            "] has length ", static_cast<double>(q.prompt_len) + static_cast<double>(q.output_len), " (prompt ",
+            q.prompt_len, " + output ", q.output_len, "), more than max_len (", max_len, ")");
   }
   KvWasteReport report{.requests = requests.size(), .max_len = max_len, .block_size = block_size};
   for (const Request& q : requests) {

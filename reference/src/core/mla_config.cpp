@@ -3,21 +3,27 @@
 #include <cmath>
 #include <string_view>
 
+#include "tvlab/analysis/kv_memory.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/core/model_config.hpp"
 
 namespace tvlab {
 namespace {
 
-MlaConfig deepseek_mla(int hidden_size, int num_heads, std::optional<int> q_lora_rank, int layers) {
+// The layer's view of a named DeepSeek model: the published sizes are written once, in the named
+// models of model_config.cpp (each with its config.json); RMSNorm's epsilon and RoPE's base as in
+// those files.
+MlaConfig deepseek_mla(const char* name) {
+  const ModelConfig& m = named_model_config(name);
   MlaConfig cfg;
-  cfg.hidden_size = hidden_size;
-  cfg.num_heads = num_heads;
-  cfg.q_lora_rank = q_lora_rank;
-  cfg.kv_lora_rank = 512;
-  cfg.qk_nope_head_dim = 128;
-  cfg.qk_rope_head_dim = 64;
-  cfg.v_head_dim = 128;
-  cfg.num_hidden_layers = layers;
+  cfg.hidden_size = static_cast<int>(m.hidden_size);
+  cfg.num_heads = static_cast<int>(m.num_attention_heads);
+  if (m.q_lora_rank > 0) cfg.q_lora_rank = static_cast<int>(m.q_lora_rank);  // 0: queries not compressed
+  cfg.kv_lora_rank = static_cast<int>(m.kv_lora_rank);
+  cfg.qk_nope_head_dim = static_cast<int>(m.qk_nope_head_dim);
+  cfg.qk_rope_head_dim = static_cast<int>(m.qk_rope_head_dim);
+  cfg.v_head_dim = static_cast<int>(m.v_head_dim);
+  cfg.num_hidden_layers = static_cast<int>(m.num_hidden_layers);
   cfg.rms_norm_eps = 1e-6;
   cfg.rope_theta = 10000.0;
   return cfg;
@@ -40,9 +46,9 @@ void require_gain(const char* fn, std::string_view name, const Tensor1& gain, st
 
 }  // namespace
 
-MlaConfig deepseek_v2_mla() { return deepseek_mla(5120, 128, 1536, 60); }
-MlaConfig deepseek_v2_lite_mla() { return deepseek_mla(2048, 16, std::nullopt, 27); }
-MlaConfig deepseek_v3_mla() { return deepseek_mla(7168, 128, 1536, 61); }
+MlaConfig deepseek_v2_mla() { return deepseek_mla("deepseek-v2"); }
+MlaConfig deepseek_v2_lite_mla() { return deepseek_mla("deepseek-v2-lite"); }
+MlaConfig deepseek_v3_mla() { return deepseek_mla("deepseek-v3"); }
 
 void validate_mla_config(const char* function, const MlaConfig& cfg) {
   require_positive(function, "hidden_size", cfg.hidden_size);
@@ -128,10 +134,12 @@ std::size_t mla_cache_floats_per_token(const MlaConfig& cfg, MlaPath path) {
   const std::size_t heads = size(cfg.num_heads);
   if (path == MlaPath::naive) {
     // n_h (d_h + d_h^R) for the keys + n_h d_v for the values
-    return heads * size(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) + heads * size(cfg.v_head_dim);
+    // (summed as size_t: the int sum could overflow)
+    return heads * (size(cfg.qk_nope_head_dim) + size(cfg.qk_rope_head_dim)) + heads * size(cfg.v_head_dim);
   }
-  // d_c + d_h^R: the latent and the one RoPE key every head shares
-  return size(cfg.kv_lora_rank) + size(cfg.qk_rope_head_dim);
+  // d_c + d_h^R: the latent and the one RoPE key every head shares; the count is the KV-memory
+  // calculator's, so the layer and the calculators cannot disagree.
+  return static_cast<std::size_t>(analysis::mla_kv_elements_per_token(cfg.kv_lora_rank, cfg.qk_rope_head_dim));
 }
 
 double mla_cache_bytes_per_token(const MlaConfig& cfg, MlaPath path, double bytes_per_element) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -51,6 +52,11 @@ struct Fields {
     // 4096.0 is accepted as 4096; 0.5 heads is not a size.
     if (!v->is_number() || std::floor(v->get<double>()) != v->get<double>())
       fail(kRead, file, ": ", key, " must be a whole number, got ", v->dump());
+    // Beyond long long's range neither conversion is defined (nor meaningful for a size): refuse.
+    const bool too_large = v->is_number_unsigned()
+                               ? v->get<unsigned long long>() > static_cast<unsigned long long>(LLONG_MAX)
+                               : !v->is_number_integer() && std::fabs(v->get<double>()) >= 9223372036854775808.0;
+    if (too_large) fail(kRead, file, ": ", key, " (", v->dump(), ") is beyond the range of a 64-bit size");
     return v->is_number_integer() ? v->get<long long>() : static_cast<long long>(v->get<double>());
   }
   long long required(const char* key) const {

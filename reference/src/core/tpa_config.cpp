@@ -70,8 +70,9 @@ std::size_t TpaCache::floats() const { return a_k.size() + b_k.size() + a_v.size
 
 std::size_t tpa_cache_floats_per_token(const TpaConfig& cfg) {
   validate_tpa_config("tpa_cache_floats_per_token", cfg);
-  // (R_K + R_V)(h + d_h): for every rank, one head factor and one token factor
-  return size(cfg.k_rank + cfg.v_rank) * size(cfg.num_heads + cfg.head_dim);
+  // (R_K + R_V)(h + d_h): for every rank, one head factor and one token factor (summed as size_t:
+  // the int sums could overflow; each factor stays below 2^32, so the product fits)
+  return (size(cfg.k_rank) + size(cfg.v_rank)) * (size(cfg.num_heads) + size(cfg.head_dim));
 }
 
 }  // namespace tvlab

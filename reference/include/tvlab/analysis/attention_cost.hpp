@@ -8,9 +8,12 @@
 
 namespace tvlab::analysis {
 
-/// Storage formats and their element sizes.
-enum class DType { fp32, fp16, bf16, fp8 };
+/// Storage formats: the float formats and the integer ones KV-cache quantization uses (chapter 05).
+enum class DType { fp32, fp16, bf16, fp8, int8, int4 };
+/// Bytes per element: 4, 2, 2, 1, 1, 0.5 (INT4 packs two values in a byte; the scales and zero
+/// points of a quantized format are not counted).
 double bytes_per_element(DType dtype);
+/// "fp32", "fp16", "bf16", "fp8", "int8", "int4".
 const char* dtype_name(DType dtype);
 
 /// Memory of the attention score matrices \f$ S = QK^\top/\sqrt{d_k} \f$ and \f$ A = \mathrm{softmax}(S) \f$

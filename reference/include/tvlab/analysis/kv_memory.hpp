@@ -12,29 +12,22 @@
 /// Then bytes = elements x bytes per element x layers x tokens x batch:
 /// \f$ 2 L g d_h S B b \f$ for GQA. Sizes are `double` byte counts (exact integers up to \f$ 2^{53} \f$).
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "tvlab/analysis/attention_cost.hpp"
+#include "tvlab/core/kv_heads.hpp"
 #include "tvlab/core/model_config.hpp"
 
 namespace tvlab::analysis {
 
-/// Storage formats of a KV cache: chapter 00's float formats and the integer ones KV quantization
-/// uses (INT8, INT4: two values per byte; scales and zero points not counted).
+/// The storage format (`DType` of attention_cost.hpp, with its bytes per element) of a `config.json`
+/// torch_dtype: "float32", "float16", "bfloat16"; also "fp8", "float8_e4m3fn", "float8_e5m2", "int8",
+/// "int4" and the short names of `dtype_name`; `tvlab::Error` naming `torch_dtype` otherwise.
 /// @ingroup ch05
-enum class KvDType { fp32, fp16, bf16, fp8, int8, int4 };
-
-/// Bytes per element: 4, 2, 2, 1, 1, 0.5.
-/// @ingroup ch05
-double kv_bytes_per_element(KvDType dtype);
-/// "fp32", "fp16", "bf16", "fp8", "int8", "int4".
-const char* kv_dtype_name(KvDType dtype);
-/// The same format as chapter 00's `DType`.
-KvDType kv_dtype(DType dtype);
-/// A `config.json` torch_dtype ("float32", "float16", "bfloat16"; also "fp8"/"int8"/"int4" and the
-/// short names above); `tvlab::Error` naming `torch_dtype` otherwise.
-KvDType kv_dtype_from_torch_dtype(const std::string& torch_dtype);
+DType dtype_from_torch_dtype(const std::string& torch_dtype);
 
 /// \f$ 2 g d_h \f$: K and V of each of the `num_kv_heads` key-value heads, for one token in one layer.
 /// `num_heads` (\f$ h \f$) must be a positive multiple of `num_kv_heads` (\f$ g \f$); `head_dim` > 0.
@@ -72,27 +65,29 @@ struct KvCacheSize {
 /// `batch` >= 1. `tvlab::Error` naming the parameter otherwise.
 /// @ingroup ch05
 KvCacheSize kv_cache_size(double elements_per_token_per_layer, long long num_layers, long long seq_len,
-                          long long batch, KvDType dtype);
+                          long long batch, DType dtype);
 
 /// The sizes for a model (`model_kv_elements_per_token`, `config.num_hidden_layers` layers).
 /// @ingroup ch05
-KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, KvDType dtype);
+KvCacheSize kv_cache_size(const ModelConfig& config, long long seq_len, long long batch, DType dtype);
 
 /// "Dynamic GQA": layer \f$ \ell \f$ keeps \f$ g_\ell \f$ key-value heads, so the cache is
 /// \f$ \sum_\ell 2 g_\ell d_h\, S B b \f$. Every entry of `num_kv_heads_per_layer` (one per layer,
 /// not empty) must divide `num_heads`; the error names the entry's layer.
 /// @ingroup ch05
 double per_layer_gqa_kv_bytes(const std::vector<long long>& num_kv_heads_per_layer, long long num_heads,
-                              long long head_dim, long long seq_len, long long batch, KvDType dtype);
+                              long long head_dim, long long seq_len, long long batch, DType dtype);
 
 /// \f$ \lceil (\text{kv} + \text{weights}) / \text{gpu} \rceil \f$: how many GPUs of `gpu_bytes`
 /// (default 80 GB = \f$ 80 \times 10^9 \f$ bytes) hold `kv_bytes` (> 0) plus `weight_bytes` (>= 0),
 /// counting memory only (no activations, no fragmentation, no parallelism overheads).
+/// `tvlab::Error` naming `kv_bytes` when the count reaches \f$ 2^{63} \f$ (beyond `long long`).
 /// @ingroup ch05
 long long gpus_needed(double kv_bytes, double weight_bytes = 0, double gpu_bytes = 80e9);
 
 /// \f$ \lfloor (\text{gpus} \cdot \text{gpu} - \text{weights}) / \text{per sequence} \rfloor \f$: the
 /// sequences whose caches fit beside the weights (0 when the weights alone do not fit).
+/// `tvlab::Error` naming `bytes_per_sequence` when the count reaches \f$ 2^{63} \f$ (beyond `long long`).
 /// @ingroup ch05
 long long sequences_that_fit(double bytes_per_sequence, double weight_bytes, long long num_gpus,
                              double gpu_bytes = 80e9);
@@ -142,5 +137,28 @@ double mla_kv_activation_saving(long long kv_lora_rank, long long num_heads, lon
 /// @ingroup ch05
 double layer_activation_bytes(long long seq_len, long long batch, long long hidden_size, long long num_heads,
                               bool checkpointed);
+
+/// @ingroup ch05
+/// Projection multiply-adds of one layer generating `new_tokens` tokens after a prompt of
+/// `prompt_length` tokens (\f$ p \f$ and \f$ n \f$ below; \f$ d \f$ = `d_model`, \f$ d_k \f$ =
+/// `head_dim`), in closed form. Each token's query and output projections cost \f$ 2 d\,h\,d_k \f$,
+/// each key and value projection \f$ 2 d\,g\,d_k \f$; the prompt is one causal pass
+/// (\f$ p \cdot 2 d\, d_k (h + g) \f$) either way. Then, per generated token at position
+/// \f$ s = p + 1 \dots p + n \f$ (counting from 1):
+/// - with a cache (`decode`): \f$ 2 d\, d_k (h + g) \f$, in total \f$ (p + n)\cdot 2 d\, d_k (h + g) \f$;
+/// - without (`decode_without_cache` over the \f$ s \f$ tokens): \f$ 2 d\,h\,d_k + 2 s\, d\, g\, d_k \f$,
+///   in total \f$ p \cdot 2 d\, d_k (h + g) + 2 d\,h\,d_k\, n + 2 d\, g\, d_k \big(n p + n(n+1)/2\big) \f$:
+///   \f$ \Theta(n^2 d^2) \f$ for \f$ g\,d_k \propto d \f$, against \f$ \Theta(n\, d^2) \f$ with the cache.
+/// Throws `tvlab::Error` naming the parameter for a zero size, heads that `validate_kv_heads`
+/// rejects, and a count beyond 64 bits.
+/// @param prompt_length \f$ p \ge 1 \f$
+/// @param new_tokens \f$ n \ge 0 \f$
+/// @param d_model \f$ d \f$
+/// @param heads \f$ h \f$ and \f$ g \f$
+/// @param head_dim \f$ d_k \f$
+/// @param with_cache whether the keys and values of earlier tokens are kept
+std::uint64_t decode_projection_macs(std::size_t prompt_length, std::size_t new_tokens, std::size_t d_model,
+                                     const KvHeads& heads, std::size_t head_dim, bool with_cache);
+
 
 }  // namespace tvlab::analysis

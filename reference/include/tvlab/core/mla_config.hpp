@@ -48,6 +48,9 @@ struct MlaConfig {
 };
 
 /// @ingroup ch05
+/// The three DeepSeek layers below take their sizes from the named models of model_config.hpp
+/// (`named_model_config("deepseek-v2")` ...), where each is written once with its source.
+///
 /// DeepSeek-V2 (DeepSeek-V2 report, section 3.1.2; `config.json` of deepseek-ai/DeepSeek-V2):
 /// \f$ d = 5120, n_h = 128, d_c' = 1536, d_c = 512, d_h = 128, d_h^R = 64, d_v = 128 \f$, 60 layers.
 MlaConfig deepseek_v2_mla();
@@ -136,7 +139,8 @@ struct MlaCache {
 /// @ingroup ch05
 /// The numbers one layer caches per token:
 /// - naive: \f$ n_h (d_h + d_h^R) + n_h d_v \f$ (every head's key and value, the shared \f$ k^R \f$ copied into each head);
-/// - absorbed: \f$ d_c + d_h^R \f$ (DeepSeek-V2, section 2.1.3 and Table 1: \f$ (d_c + d_h^R)\,l \f$ for \f$ l \f$ layers).
+/// - absorbed: \f$ d_c + d_h^R \f$ (DeepSeek-V2, section 2.1.3 and Table 1: \f$ (d_c + d_h^R)\,l \f$ for \f$ l \f$ layers),
+///   `analysis::mla_kv_elements_per_token` of the calculators.
 std::size_t mla_cache_floats_per_token(const MlaConfig& cfg, MlaPath path);
 
 /// @ingroup ch05

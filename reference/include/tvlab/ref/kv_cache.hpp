@@ -57,7 +57,7 @@ class KvCache {
 /// @ingroup ch05
 /// What `prefill`, `decode` and `decode_without_cache` return: the layer's output and the
 /// multiply-adds its four projections cost (counted in the loops as they run, so that the tests
-/// can hold them against `analysis::decode_projection_macs`).
+/// can hold them against `analysis::decode_projection_macs`, tvlab/analysis/kv_memory.hpp).
 struct DecodeOutput {
   Tensor2 output;                   ///< `[tokens, d_model]`
   std::uint64_t projection_macs = 0;  ///< multiply-adds in \f$ XW_q, XW_k, XW_v \f$ and \f$ OW_o \f$
@@ -112,29 +112,3 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& weights, c
                                   const std::optional<AttentionRope>& rope = std::nullopt);
 
 }  // namespace tvlab::ref
-
-namespace tvlab::analysis {
-
-/// @ingroup ch05
-/// Projection multiply-adds of one layer generating `new_tokens` tokens after a prompt of
-/// `prompt_length` tokens (\f$ p \f$ and \f$ n \f$ below; \f$ d \f$ = `d_model`, \f$ d_k \f$ =
-/// `head_dim`), in closed form. Each token's query and output projections cost \f$ 2 d\,h\,d_k \f$,
-/// each key and value projection \f$ 2 d\,g\,d_k \f$; the prompt is one causal pass
-/// (\f$ p \cdot 2 d\, d_k (h + g) \f$) either way. Then, per generated token at position
-/// \f$ s = p + 1 \dots p + n \f$ (counting from 1):
-/// - with a cache (`decode`): \f$ 2 d\, d_k (h + g) \f$, in total \f$ (p + n)\cdot 2 d\, d_k (h + g) \f$;
-/// - without (`decode_without_cache` over the \f$ s \f$ tokens): \f$ 2 d\,h\,d_k + 2 s\, d\, g\, d_k \f$,
-///   in total \f$ p \cdot 2 d\, d_k (h + g) + 2 d\,h\,d_k\, n + 2 d\, g\, d_k \big(n p + n(n+1)/2\big) \f$:
-///   \f$ \Theta(n^2 d^2) \f$ for \f$ g\,d_k \propto d \f$, against \f$ \Theta(n\, d^2) \f$ with the cache.
-/// Throws `tvlab::Error` naming the parameter for a zero size, heads that `validate_kv_heads`
-/// rejects, and a count beyond 64 bits.
-/// @param prompt_length \f$ p \ge 1 \f$
-/// @param new_tokens \f$ n \ge 0 \f$
-/// @param d_model \f$ d \f$
-/// @param heads \f$ h \f$ and \f$ g \f$
-/// @param head_dim \f$ d_k \f$
-/// @param with_cache whether the keys and values of earlier tokens are kept
-std::uint64_t decode_projection_macs(std::size_t prompt_length, std::size_t new_tokens, std::size_t d_model,
-                                     const KvHeads& heads, std::size_t head_dim, bool with_cache);
-
-}  // namespace tvlab::analysis

@@ -1,0 +1,64 @@
+#pragma once
+// What several of chapter 05's tests share: the grouped heads spelled out, rows of a matrix, a
+// random GQA layer, and RoPE in double precision. Each is written from its definition, sharing no
+// code with the reference it checks.
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "tvlab/core/kv_heads.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/core/rope_config.hpp"
+#include "tvlab/core/tensor.hpp"
+#include "tvlab/core/xt.hpp"
+
+namespace tvlab::ch05_testing {
+
+/// The keys (or values) `[g, n, d]` of g kv heads repeated for h = `num_heads` query heads, `[h, n, d]`:
+/// query head i reads kv head \f$ \lfloor i / (h/g) \rfloor \f$ (GQA, Ainslie et al. 2023; Hugging
+/// Face's `repeat_kv`), so that chapter 00's oracle, which pairs head i with head i, computes grouped
+/// attention.
+inline Tensor3 expand_heads(const Tensor3& kv, std::size_t num_heads) {
+  const std::size_t g = kv.shape()[0], group = num_heads / g;
+  Tensor3 out = Tensor3::from_shape({num_heads, kv.shape()[1], kv.shape()[2]});
+  for (std::size_t i = 0; i < num_heads; ++i)
+    for (std::size_t t = 0; t < kv.shape()[1]; ++t)
+      for (std::size_t d = 0; d < kv.shape()[2]; ++d) out(i, t, d) = kv(i / group, t, d);
+  return out;
+}
+
+/// Rows `[begin, end)` of x.
+inline Tensor2 rows(const Tensor2& x, std::size_t begin, std::size_t end) {
+  return xt::view(x, xt::range(begin, end), xt::all());
+}
+inline DTensor2 rows(const DTensor2& x, std::size_t begin, std::size_t end) {
+  return xt::view(x, xt::range(begin, end), xt::all());
+}
+
+/// A GQA layer's four projections, entries \f$ \mathcal{N}(0, 1/d) \f$ so that outputs stay of order 1.
+inline GqaWeights random_gqa_weights(Rng& rng, std::size_t d_model, KvHeads heads, std::size_t head_dim) {
+  const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
+  const double w_std = 1.0 / std::sqrt(static_cast<double>(d_model));
+  return {rng.normal_matrix(d_model, h * head_dim, 0, w_std), rng.normal_matrix(d_model, g * head_dim, 0, w_std),
+          rng.normal_matrix(d_model, g * head_dim, 0, w_std), rng.normal_matrix(h * head_dim, d_model, 0, w_std)};
+}
+
+using DVector = std::vector<double>;
+
+/// RoPE at position m in double precision: pair p turns by \f$ m\,\theta^{-2p/d} \f$; the pairs are
+/// (2p, 2p+1) (interleaved) or (p, p + d/2) (half split).
+inline DVector rotate(const DVector& x, double m, double theta, RopeLayout layout) {
+  const std::size_t d = x.size();
+  DVector y = x;
+  for (std::size_t p = 0; p < d / 2; ++p) {
+    const std::size_t a = layout == RopeLayout::interleaved ? 2 * p : p;
+    const std::size_t b = layout == RopeLayout::interleaved ? 2 * p + 1 : p + d / 2;
+    const double angle = m * std::pow(theta, -2.0 * static_cast<double>(p) / static_cast<double>(d));
+    y[a] = x[a] * std::cos(angle) - x[b] * std::sin(angle);
+    y[b] = x[a] * std::sin(angle) + x[b] * std::cos(angle);
+  }
+  return y;
+}
+
+}  // namespace tvlab::ch05_testing
