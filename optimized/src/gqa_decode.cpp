@@ -96,7 +96,7 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
   if (splits == 0) splits = gqa_decode_splits(n, kv_heads, static_cast<std::size_t>(omp_get_max_threads()));
   require(splits <= n, kFunction, "splits (", splits, ") must not exceed length (", n, "): every split holds a position");
   const std::size_t block = group >= detail::kMicroKernelRows ? kBlockMicroKernel : kBlockDot;
-  const detail::SplitDecodeShape shape{heads, kv_heads, group, n, d, d_v, static_cast<float>(scale_value), splits, block};
+  const detail::SplitDecodeShape shape{heads, kv_heads, group, n, d, d_v, static_cast<float>(scale_value), splits, block, block};
   // The cache [g, capacity, d]: head kv at kv capacity d, consecutive positions d floats apart.
   const detail::FloatRows keys{k_cache.data(), capacity * d, d, d}, values{v_cache.data(), capacity * d_v, d_v, d_v};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d_v}), Tensor1::from_shape({heads})};

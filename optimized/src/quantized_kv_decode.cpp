@@ -1,6 +1,8 @@
 #include "tvlab/opt/quantized_kv_decode.hpp"
 
-#include <array>
+#include <limits>
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -13,12 +15,14 @@
 namespace tvlab::opt {
 namespace {
 
-// Positions per block when a block is dequantized into a buffer: 32 rows of d = 128 floats are
-// 16 KiB, so the keys' buffer is still in L1 when the scores read it (and the values' buffer when
-// P V reads it). The micro-kernel path needs whole micro-kernel widths: 64 positions.
-constexpr std::size_t kBlockDequantized = 32, kBlockDequantizedMicroKernel = 64;
-static_assert(kBlockDequantized % detail::kLanes == 0 && kBlockDequantizedMicroKernel % detail::kTileCols == 0,
-              "a block is a whole number of registers (and of micro-kernel widths on that path)");
+// Positions per block when the cache is converted to float on the way: the blocks of
+// gqa_decode_attention_v2 (512 with dot products, so that keys and values are read in long runs,
+// each a sequential stream for the hardware prefetchers; 64 on the micro-kernel), requested 32
+// positions at a time, so that the float rows of a piece (32 x 128 floats, 16 KiB) are still in L1
+// when the scores or P V read them.
+constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64, kPiece = 32;
+static_assert(kBlockDot % kPiece == 0 && kBlockMicroKernel % kPiece == 0 && kBlockMicroKernel % detail::kTileCols == 0,
+              "a block is a whole number of pieces (and of micro-kernel widths on that path)");
 
 // ------------------------------------------------------------------------------------------ bf16
 
@@ -46,25 +50,28 @@ struct Bf16Rows {
 
 // ------------------------------------------------------------------------------------- quantized
 
-// The 256 E4M3 values by their bits: one table lookup per code instead of decoding exponent and
-// mantissa (NaN bits give NaN, never produced by quantize_kv).
-const std::array<float, 256>& e4m3_values() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> values{};
-    for (std::size_t bits = 0; bits < 256; ++bits) values[bits] = e4m3_bits_to_float(static_cast<std::uint8_t>(bits));
-    return values;
-  }();
-  return table;
+// E4M3 bits b = s.eeee.mmm as a float, by moving the bits into place: with the 7 bits below the
+// sign at float's bits 26..20 (float's exponent field then holds eeee, its mantissa starts with
+// mmm), the float is 2^{e-127} (1 + m/8), or 2^{-126} m/8 when e = 0, and 2^{120} times it is
+// E4M3's 2^{e-7} (1 + m/8), or 2^{-6} m/8: normal and subnormal values alike, exactly. Only
+// s.1111.111, E4M3's NaN, needs its own case. Vectorises to shifts, a multiply and a blend.
+inline float e4m3_value(std::uint8_t b) {
+  const std::uint32_t bits = (static_cast<std::uint32_t>(b & 0x80) << 24) | (static_cast<std::uint32_t>(b & 0x7f) << 20);
+  float placed;
+  std::memcpy(&placed, &bits, sizeof placed);
+  return (b & 0x7f) == 0x7f ? std::numeric_limits<float>::quiet_NaN() : placed * 0x1p120f;
 }
 
-// Rows of a quantized cache dequantized to float, one row of d channels at a time: first the codes
-// as numbers q (sign-extended INT8, INT4 nibbles, E4M3 values), then x^ = s q or z + s q with the
-// scales of the row's groups. Both passes are short loops over the row in L1 that the compiler
-// turns into vector conversions and FMAs.
+// Rows of a quantized cache dequantized to float, one row of d channels at a time, in one pass:
+// x^ = z + s q with q the element's code as a number (a sign-extended INT8, an INT4 nibble, an
+// E4M3 value) and s, z its group's scale and minimum (z = 0 when symmetric). Each format's loop is
+// a short loop over the row that the compiler turns into vector conversions and FMAs, 16 codes at
+// a time (simdlen(16): left alone, the vectoriser sizes its vectors by the 1-byte codes, 64 per
+// AVX-512 register, and a group of 32 codes would run in the scalar remainder loop).
 class QuantizedRows {
  public:
   explicit QuantizedRows(const QuantizedKv& x)
-      : x_(x), token_groups_((x.seq + x.spec.group_size - 1) / x.spec.group_size), e4m3_(e4m3_values()) {}
+      : x_(x), token_groups_((x.seq + x.spec.group_size - 1) / x.spec.group_size) {}
 
   bool needs_buffer(std::size_t) const { return true; }
   detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
@@ -75,62 +82,87 @@ class QuantizedRows {
  private:
   void dequantize_row(std::size_t h, std::size_t t, float* out) const {
     const std::size_t d = x_.head_dim, row = h * x_.seq + t;
-    const std::uint8_t* codes = x_.codes.data() + (x_.spec.code == KvCodeType::int4 ? row * d / 2 : row * d);
-    // The codes as numbers q.
+    const bool int4 = x_.spec.code == KvCodeType::int4;
+    const std::uint8_t* codes = x_.codes.data() + (int4 ? row * d / 2 : row * d);
     switch (x_.spec.code) {
       case KvCodeType::int8:
-        if (x_.spec.symmetric) {
-#pragma omp simd
-          for (std::size_t e = 0; e < d; ++e) out[e] = static_cast<float>(static_cast<std::int8_t>(codes[e]));
-        } else {
-#pragma omp simd
-          for (std::size_t e = 0; e < d; ++e) out[e] = static_cast<float>(codes[e]);
-        }
+        if (x_.spec.symmetric)
+          scale_codes(h, t, out, [codes](std::size_t e) { return static_cast<float>(static_cast<std::int8_t>(codes[e])); });
+        else
+          scale_codes(h, t, out, [codes](std::size_t e) { return static_cast<float>(codes[e]); });
         break;
       case KvCodeType::int4: {
-        // Element 2i in byte i's low nibble, 2i + 1 in its high nibble; symmetric codes are 4-bit
-        // two's complement, sign-extended as (n XOR 8) - 8.
+        // Element e in byte e/2, the low nibble when e is even; symmetric codes are 4-bit two's
+        // complement, sign-extended as (n XOR 8) - 8.
         const int sign = x_.spec.symmetric ? 8 : 0;
-#pragma omp simd
-        for (std::size_t i = 0; i < d / 2; ++i) {
-          out[2 * i] = static_cast<float>(((codes[i] & 0x0f) ^ sign) - sign);
-          out[2 * i + 1] = static_cast<float>(((codes[i] >> 4) ^ sign) - sign);
+        if (x_.spec.axis == KvScaleAxis::per_token && x_.spec.group_size % 2 == 0) {
+          dequantize_int4_pairs(h, t, codes, sign, out);
+          break;
         }
+        scale_codes(h, t, out, [codes, sign](std::size_t e) {
+          const int nibble = (codes[e / 2] >> (4 * (e % 2))) & 0x0f;
+          return static_cast<float>((nibble ^ sign) - sign);
+        });
         break;
       }
       case KvCodeType::fp8_e4m3:
-        for (std::size_t e = 0; e < d; ++e) out[e] = e4m3_[codes[e]];
+        scale_codes(h, t, out, [codes](std::size_t e) { return e4m3_value(codes[e]); });
         break;
     }
-    // x^ = s q (symmetric) or z + s q (asymmetric), with the scale (and minimum) of each element's group.
-    const float* minimums = x_.minimums.data();
+  }
+
+  // INT4 per token with groups of an even size: a group is whole bytes, byte i holding elements
+  // 2i (low nibble) and 2i + 1 (high nibble). Storing the two floats of a byte separately defeats
+  // the vectoriser (interleaved stores), so they are stored as one 64-bit word: the low nibble's
+  // float in its low half, which is element 2i on a little-endian machine.
+  void dequantize_int4_pairs(std::size_t h, std::size_t t, const std::uint8_t* codes, int sign, float* out) const {
+    static_assert(std::endian::native == std::endian::little, "the word of a byte's two floats is stored low half first");
+    const std::size_t size = x_.spec.group_size, groups = x_.head_dim / size, first_group = (h * x_.seq + t) * groups;
+    for (std::size_t group = 0; group < groups; ++group) {
+      const float s = x_.scales[first_group + group], z = x_.spec.symmetric ? 0.0f : x_.minimums[first_group + group];
+      const std::uint8_t* bytes = codes + group * size / 2;
+      float* part = out + group * size;
+#pragma omp simd simdlen(16)
+      for (std::size_t i = 0; i < size / 2; ++i) {
+        const float low = z + s * static_cast<float>(((bytes[i] & 0x0f) ^ sign) - sign);
+        const float high = z + s * static_cast<float>(((bytes[i] >> 4) ^ sign) - sign);
+        const std::uint64_t pair = std::bit_cast<std::uint32_t>(low) | (std::uint64_t{std::bit_cast<std::uint32_t>(high)} << 32);
+        std::memcpy(part + 2 * i, &pair, sizeof pair);
+      }
+    }
+  }
+
+  // out[e] = z + s q(e) over the row (h, t), with the scale (and minimum) of each element's group.
+  template <class Code>
+  void scale_codes(std::size_t h, std::size_t t, float* out, Code q) const {
+    const std::size_t d = x_.head_dim;
+    const bool symmetric = x_.spec.symmetric;
     if (x_.spec.axis == KvScaleAxis::per_token) {
-      // Per token: the row's d / G groups of G consecutive channels, one scale each.
-      const std::size_t size = x_.spec.group_size, first_group = row * (d / size);
+      // Per token: the row's d / G groups of G consecutive channels, one scale (and minimum) each.
+      const std::size_t size = x_.spec.group_size, first_group = (h * x_.seq + t) * (d / size);
       for (std::size_t group = 0; group < d / size; ++group) {
-        const float s = x_.scales[first_group + group], z = x_.spec.symmetric ? 0.0f : minimums[first_group + group];
-        float* part = out + group * size;
-#pragma omp simd
-        for (std::size_t e = 0; e < size; ++e) part[e] = z + s * part[e];
+        const float s = x_.scales[first_group + group], z = symmetric ? 0.0f : x_.minimums[first_group + group];
+        const std::size_t e0 = group * size;
+#pragma omp simd simdlen(16)
+        for (std::size_t e = e0; e < e0 + size; ++e) out[e] = z + s * q(e);
       }
+      return;
+    }
+    // Per channel: the row of d scales (and minimums) of this token's group of G tokens.
+    const std::size_t first_group = (h * token_groups_ + t / x_.spec.group_size) * d;
+    const float* s = x_.scales.data() + first_group;
+    if (symmetric) {
+#pragma omp simd
+      for (std::size_t e = 0; e < d; ++e) out[e] = s[e] * q(e);
     } else {
-      // Per channel: the row of d scales of this token's group of G tokens.
-      const std::size_t first_group = (h * token_groups_ + t / x_.spec.group_size) * d;
-      const float* s = x_.scales.data() + first_group;
-      if (x_.spec.symmetric) {
+      const float* z = x_.minimums.data() + first_group;
 #pragma omp simd
-        for (std::size_t e = 0; e < d; ++e) out[e] = s[e] * out[e];
-      } else {
-        const float* z = minimums + first_group;
-#pragma omp simd
-        for (std::size_t e = 0; e < d; ++e) out[e] = z[e] + s[e] * out[e];
-      }
+      for (std::size_t e = 0; e < d; ++e) out[e] = z[e] + s[e] * q(e);
     }
   }
 
   const QuantizedKv& x_;
   std::size_t token_groups_;  // per channel: groups of G tokens along the sequence
-  const std::array<float, 256>& e4m3_;
 };
 
 // The checks of ref::quantized_kv_decode_attention on one quantized tensor, and the one spec the
@@ -158,8 +190,7 @@ ref::GqaDecodeOutput bf16_kv_decode_attention(const Tensor2& q, const Bf16Kv& k_
   validate_bf16_kv(function, "v_cache", v_cache);
   const detail::SplitDecodeShape shape = detail::validate_split_decode(
       function, q, "k_cache", {k_cache.heads, k_cache.capacity, k_cache.head_dim}, "v_cache",
-      {v_cache.heads, v_cache.capacity, v_cache.head_dim}, length, scale, splits, kBlockDequantized,
-      kBlockDequantizedMicroKernel);
+      {v_cache.heads, v_cache.capacity, v_cache.head_dim}, length, scale, splits, kBlockDot, kBlockMicroKernel, kPiece);
   ref::GqaDecodeOutput result{Tensor2::from_shape({shape.heads, shape.d_v}), Tensor1::from_shape({shape.heads})};
   detail::split_k_decode(q.data(), shape, Bf16Rows{k_cache}, Bf16Rows{v_cache}, result.out.data(), result.lse.data());
   return result;
@@ -174,7 +205,7 @@ Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, co
           v.seq, ", ", v.head_dim, "], expected [", k.heads, ", ", k.seq, ", ", k.head_dim, "] (the shape of k)");
   const detail::SplitDecodeShape shape =
       detail::validate_split_decode(function, q, "k", {k.heads, k.seq, k.head_dim}, "v", {v.heads, v.seq, v.head_dim},
-                                    length, scale, splits, kBlockDequantized, kBlockDequantizedMicroKernel);
+                                    length, scale, splits, kBlockDot, kBlockMicroKernel, kPiece);
   Tensor2 out = Tensor2::from_shape({shape.heads, shape.d_v});
   std::vector<float> lse(shape.heads);
   detail::split_k_decode(q.data(), shape, QuantizedRows{k}, QuantizedRows{v}, out.data(), lse.data());

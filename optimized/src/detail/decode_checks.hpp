@@ -27,11 +27,12 @@ struct CacheExtent {
 /// Checks q `[h, d]` against the caches `k` and `v` (named `k_name`, `v_name` in messages), the
 /// length (in [1, capacity]), the scale and the number of splits (0: gqa_decode_splits for this
 /// machine), and returns the shape with `block` (dot products) or `block_micro_kernel` (16 or more
-/// query heads per kv head) positions per block.
+/// query heads per kv head) positions per block, requested `piece` positions at a time (0: the
+/// whole block).
 inline SplitDecodeShape validate_split_decode(const char* function, const Tensor2& q, const char* k_name,
                                               CacheExtent k, const char* v_name, CacheExtent v, std::size_t length,
                                               std::optional<double> scale, std::size_t splits, std::size_t block,
-                                              std::size_t block_micro_kernel) {
+                                              std::size_t block_micro_kernel, std::size_t piece = 0) {
   require_nonempty(function, "q", q);
   const std::size_t heads = q.shape()[0], d = q.shape()[1];
   require(k.dim == d, function, k_name, " has head_dim ", k.dim, ", expected ", d, " (the keys' dimension is the queries')");
@@ -51,8 +52,9 @@ inline SplitDecodeShape validate_split_decode(const char* function, const Tensor
   require(splits <= length, function, "splits (", splits, ") must not exceed length (", length,
           "): every split holds a position");
   const std::size_t group = heads / k.heads;
-  return {heads,  k.heads, group, length, d, v.dim, static_cast<float>(scale_value), splits,
-          group >= kMicroKernelRows ? block_micro_kernel : block};
+  const std::size_t chosen = group >= kMicroKernelRows ? block_micro_kernel : block;
+  return {heads, k.heads, group, length, d, v.dim, static_cast<float>(scale_value), splits, chosen,
+          piece == 0 ? chosen : std::min(piece, chosen)};
 }
 
 }  // namespace tvlab::opt::detail

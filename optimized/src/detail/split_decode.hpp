@@ -55,7 +55,11 @@ struct SplitDecodeShape {
   std::size_t d, d_v;    ///< key and value head sizes
   float scale;
   std::size_t splits;  ///< ranges of positions, in [1, length]
-  std::size_t block;   ///< positions per block; a multiple of kTileCols on the micro-kernel path
+  std::size_t block;   ///< positions per online softmax step; a multiple of kTileCols on the micro-kernel path
+  /// Positions per request to the cache (a divisor of `block`): `block` for a float cache, whose
+  /// rows are read in place; fewer for a cache that converts each request into a buffer, so that
+  /// the buffer stays in L1 while the cache is still read in runs of `block` positions.
+  std::size_t piece;
 };
 
 /// From this many query rows per kv head on, the scores go through the register-blocked
@@ -100,7 +104,8 @@ inline void scores_by_dot_products(const float* q, std::size_t rows, const float
 }
 
 /// One decode step, split-K (Dao et al., 2023): threads take the work items (kv head, split of the
-/// positions); each reads its keys and values once, `shape.block` positions at a time, for all h/g
+/// positions); each reads its keys and values once, `shape.block` positions at a time (requested
+/// from the cache `shape.piece` positions at a time), for all h/g
 /// query heads of the group, and keeps per query head the online softmax's partial state
 /// \f$ (m, \ell, \tilde O) \f$ over its split. The partials are then merged per query head:
 /// \f$ m = \max_s m_s \f$, \f$ \ell = \sum_s e^{m_s - m} \ell_s \f$, \f$ o = \sum_s e^{m_s - m} \tilde O_s / \ell \f$,
@@ -112,7 +117,7 @@ template <class KeySource, class ValueSource>
 void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySource& keys, const ValueSource& values,
                     float* out, float* lse) {
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-  const auto& [heads, kv_heads, group, n, d, d_v, scale, splits, block] = shape;
+  const auto& [heads, kv_heads, group, n, d, d_v, scale, splits, block, piece] = shape;
   const bool micro_kernel = group >= kMicroKernelRows;
   // The micro-kernels work on whole register widths: values and accumulators padded to dv_pad.
   const std::size_t dv_pad = round_up(d_v, kTileCols);
@@ -125,11 +130,11 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
 #pragma omp parallel
   {
     // Per thread: the scores of the group [h/g, block], the block's keys transposed [d, block] (for
-    // the micro-kernel), and the buffers a cache may fill with a block of keys [block, d] and of
-    // values [block, dv_pad] (their padding stays 0).
+    // the micro-kernel), and the buffers a cache may fill with a piece of keys [piece, d] and of
+    // values [piece, dv_pad] (their padding stays 0).
     std::vector<float> s(group * block), kt(micro_kernel ? d * block : 0, 0.0f);
-    std::vector<float> k_buffer(keys.needs_buffer(d) ? block * d : 0, 0.0f);
-    std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? block * dv_pad : 0, 0.0f);
+    std::vector<float> k_buffer(keys.needs_buffer(d) ? piece * d : 0, 0.0f);
+    std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? piece * dv_pad : 0, 0.0f);
 #pragma omp for schedule(dynamic)
     for (std::ptrdiff_t item = 0; item < items; ++item) {
       const std::size_t kv = static_cast<std::size_t>(item) / splits, split = static_cast<std::size_t>(item) % splits;
@@ -140,20 +145,24 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
       float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
       for (std::size_t c0 = begin; c0 < end; c0 += block) {
         const std::size_t cols = std::min(block, end - c0);
-        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group.
-        const RowBlock kb = keys.rows(kv, c0, cols, d, k_buffer.data());
-        if (micro_kernel) {
-          // [h/g, d] x [d, block] on chapter 04's micro-kernel: the block's keys transposed to
-          // kt [d, block] (the columns past `cols` keep earlier finite keys: their scores are
-          // replaced by -inf below), then four query rows share every load of K^T.
-          for (std::size_t c = 0; c < cols; ++c) {
-            const float* kc = kb.rows + c * kb.stride;
-            for (std::size_t e = 0; e < d; ++e) kt[e * block + c] = kc[e];
+        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested `piece`
+        // positions at a time (in order: one run of `cols` positions through the cache).
+        for (std::size_t p0 = 0; p0 < cols; p0 += piece) {
+          const std::size_t count = std::min(piece, cols - p0);
+          const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
+          if (micro_kernel) {
+            // The block's keys transposed to kt [d, block], for chapter 04's micro-kernel below
+            // (the columns past `cols` keep earlier finite keys: their scores become -inf below).
+            for (std::size_t c = 0; c < count; ++c) {
+              const float* kc = kb.rows + c * kb.stride;
+              for (std::size_t e = 0; e < d; ++e) kt[e * block + p0 + c] = kc[e];
+            }
+          } else {
+            scores_by_dot_products(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block);
           }
-          score_tile(qg, d, kt.data(), block, s.data(), block, group, block, scale);
-        } else {
-          scores_by_dot_products(qg, group, kb.rows, kb.stride, cols, d, scale, s.data(), block);
         }
+        // [h/g, d] x [d, block] on the micro-kernel: four query rows share every load of K^T.
+        if (micro_kernel) score_tile(qg, d, kt.data(), block, s.data(), block, group, block, scale);
         // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
         // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
         for (std::size_t r = 0; r < group; ++r) {
@@ -161,9 +170,13 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
           std::fill(srow + cols, srow + block, neg_inf);
           online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
         }
-        // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V.
-        const RowBlock vb = values.rows(kv, c0, cols, dv_pad, v_buffer.data());
-        accumulate_pv(s.data(), block, vb.rows, vb.stride, o, group, cols, dv_pad);
+        // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
+        // the values requested `piece` positions at a time.
+        for (std::size_t p0 = 0; p0 < cols; p0 += piece) {
+          const std::size_t count = std::min(piece, cols - p0);
+          const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
+          accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad);
+        }
       }
     }
 
