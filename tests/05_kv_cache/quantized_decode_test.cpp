@@ -201,6 +201,36 @@ TEST(QuantizedKvDecode, the_error_against_the_float_cache_stays_within_the_refer
   }
 }
 
+// The kernel reads E4M3 codes by moving their bits into a float (no table): every one of the 254
+// finite codes, subnormals and both zeros included, must come out as core's e4m3_bits_to_float. With
+// all keys 0 the weights are uniform, so each output channel is the mean of its 16 values; channel
+// c holds the codes 16c .. 16c + 15, so that each channel's values are of similar size and a
+// wrong small value shows (0x7f and 0xff, E4M3's NaN, are replaced by 0x7e and 0xfe).
+TEST(QuantizedKvDecode, every_finite_e4m3_code_is_read_as_its_value) {
+  const std::size_t d = 16, n = 16;
+  QuantizedKv k = quantize_kv(Tensor3::from_shape({1, n, d}) * 0.0f, fp8_e4m3_per_token(d));
+  QuantizedKv v = k;
+  std::fill(v.scales.begin(), v.scales.end(), 1.0f);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t c = 0; c < d; ++c) {
+      const auto code = static_cast<std::uint8_t>(16 * c + t);
+      v.codes[t * d + c] = (code & 0x7f) == 0x7f ? static_cast<std::uint8_t>(code - 1) : code;
+    }
+  const Tensor2 q = Rng(1).normal_matrix(2, d);
+  const Tensor2 got = quantized_kv_decode_attention(q, k, v, n);
+  for (std::size_t c = 0; c < d; ++c) {
+    double mean = 0.0, largest = 0.0;
+    for (std::size_t t = 0; t < n; ++t) {
+      const double value = e4m3_bits_to_float(v.codes[t * d + c]);
+      mean += value / n;
+      largest = std::max(largest, std::fabs(value));
+    }
+    // 16 terms summed in float, weights 1/16 exact: reduction_rtol(16) of the largest term.
+    for (std::size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(got(i, c), mean, reduction_rtol(n) * largest) << "channel " << c << " (codes " << 16 * c << " .. " << 16 * c + 15 << ")";
+  }
+}
+
 TEST(QuantizedKvDecode, bad_input_is_an_error_naming_the_parameter) {
   const std::size_t h = 8, g = 2, n = 7, d = 6;
   Rng rng(900);

@@ -9,15 +9,18 @@
 /// about half or a quarter of the time, provided turning the codes back into floats costs less
 /// than the bytes it saves. So the codes are dequantized *inside* the kernel, never into a float
 /// copy of the cache (which would be written and read again at float's size): the kernel is
-/// `gqa_decode_attention_v2`'s split-K flash-decoding, and where it reads a block of B key rows
-/// (then of value rows) of a kv head, it first turns the block's codes into floats in a per-thread
-/// buffer of B rows (32 positions at d = 128: 16 KiB, which stays in L1):
+/// `gqa_decode_attention_v2`'s split-K flash-decoding (the same blocks of 512 positions), and
+/// where it reads the keys (then the values) of a block, it asks for them 32 positions at a time and
+/// turns each piece's codes into floats in a per-thread buffer of 32 rows (16 KiB at d = 128, which
+/// stays in L1 until the scores or \f$ P V \f$ read it):
 /// \f[ \hat x = s\,q \;\text{(symmetric)}, \qquad \hat x = z + s\,q \;\text{(asymmetric)}, \qquad
 ///     \hat x = s\,\mathrm{e4m3}(q) \;\text{(FP8)}, \f]
 /// with the scale \f$ s \f$ (and minimum \f$ z \f$) of the element's group: per token, one per
 /// `group_size` channels of the row; per channel (KIVI's keys), the row of d scales of the row's
 /// group of tokens. The scores, the online softmax and \f$ P V \f$ then run on the buffer as on a
-/// float cache.
+/// float cache. The conversions are vectorised, 16 codes at a time with AVX-512: INT8 by sign
+/// extension, INT4 by masking and shifting nibbles, E4M3 by moving its bits into a float's
+/// exponent and mantissa fields and multiplying by \f$ 2^{120} \f$ (exact, subnormals included).
 ///
 /// | cache (g = 8, d = 128) | bytes per token, K + V | of float's |
 /// | --- | --- | --- |
