@@ -95,7 +95,8 @@ class QuantizedRows {
         // Element e in byte e/2, the low nibble when e is even; symmetric codes are 4-bit two's
         // complement, sign-extended as (n XOR 8) - 8.
         const int sign = x_.spec.symmetric ? 8 : 0;
-        if (x_.spec.axis == KvScaleAxis::per_token && x_.spec.group_size % 2 == 0) {
+        if (x_.spec.axis == KvScaleAxis::per_token && (256 % x_.spec.group_size == 0 || x_.head_dim <= 256) &&
+            x_.spec.group_size % 2 == 0) {
           dequantize_int4_pairs(h, t, codes, sign, out);
           break;
         }
@@ -111,23 +112,28 @@ class QuantizedRows {
     }
   }
 
-  // INT4 per token with groups of an even size: a group is whole bytes, byte i holding elements
-  // 2i (low nibble) and 2i + 1 (high nibble). Storing the two floats of a byte separately defeats
-  // the vectoriser (interleaved stores), so they are stored as one 64-bit word: the low nibble's
-  // float in its low half, which is element 2i on a little-endian machine.
+  // INT4 per token with groups of an even size: byte i of the row holds elements 2i (low nibble)
+  // and 2i + 1 (high nibble). Writing the two floats of a byte to two places defeats the vectoriser
+  // (interleaved stores), so the row's nibbles are first spread into 16-bit words, word i = low
+  // nibble | high nibble << 8, whose bytes in memory (little-endian) are the codes of elements 2i,
+  // 2i + 1 in order, one byte each; then each group is dequantized as INT8 codes are.
   void dequantize_int4_pairs(std::size_t h, std::size_t t, const std::uint8_t* codes, int sign, float* out) const {
-    static_assert(std::endian::native == std::endian::little, "the word of a byte's two floats is stored low half first");
-    const std::size_t size = x_.spec.group_size, groups = x_.head_dim / size, first_group = (h * x_.seq + t) * groups;
-    for (std::size_t group = 0; group < groups; ++group) {
-      const float s = x_.scales[first_group + group], z = x_.spec.symmetric ? 0.0f : x_.minimums[first_group + group];
-      const std::uint8_t* bytes = codes + group * size / 2;
-      float* part = out + group * size;
+    static_assert(std::endian::native == std::endian::little, "word i's low byte is element 2i");
+    constexpr std::size_t kWords = 128;  // head_dim up to 256 in one pass
+    const std::size_t d = x_.head_dim, size = x_.spec.group_size, groups = d / size, first_group = (h * x_.seq + t) * groups;
+    std::uint16_t words[kWords];
+    const auto* nibbles = reinterpret_cast<const std::uint8_t*>(words);  // a byte view, allowed for any object
+    for (std::size_t e0 = 0; e0 < d; e0 += 2 * kWords) {  // whole groups at a time: 2 kWords is a multiple of size
+      const std::size_t count = std::min(kWords, (d - e0) / 2);
 #pragma omp simd simdlen(16)
-      for (std::size_t i = 0; i < size / 2; ++i) {
-        const float low = z + s * static_cast<float>(((bytes[i] & 0x0f) ^ sign) - sign);
-        const float high = z + s * static_cast<float>(((bytes[i] >> 4) ^ sign) - sign);
-        const std::uint64_t pair = std::bit_cast<std::uint32_t>(low) | (std::uint64_t{std::bit_cast<std::uint32_t>(high)} << 32);
-        std::memcpy(part + 2 * i, &pair, sizeof pair);
+      for (std::size_t i = 0; i < count; ++i)
+        words[i] = static_cast<std::uint16_t>((codes[e0 / 2 + i] & 0x0f) | ((codes[e0 / 2 + i] & 0xf0) << 4));
+      for (std::size_t e = e0; e < e0 + 2 * count; e += size) {
+        const std::size_t group = first_group + e / size;
+        const float s = x_.scales[group], z = x_.spec.symmetric ? 0.0f : x_.minimums[group];
+        const std::uint8_t* q = nibbles + (e - e0);
+#pragma omp simd simdlen(16)
+        for (std::size_t c = 0; c < size; ++c) out[e + c] = z + s * static_cast<float>((q[c] ^ sign) - sign);
       }
     }
   }
