@@ -15,10 +15,13 @@
 ///   a row of 512 bytes is 8 whole cache lines: the scatter costs little.
 /// - *The decode step* reads, for one kv head, consecutive positions \f$ g\,d \f$ floats apart in
 ///   the per token layout instead of d: each key or value row (512 bytes at d = 128) is still
-///   contiguous, whole cache lines, so no byte read is wasted, and the hardware prefetchers follow
-///   a constant stride; what changes is that a run of positions of one head is no longer one
-///   sequential stream (and touches g times as many 4 KiB pages, so more TLB entries). The
-///   benchmark of this chapter measures whether that costs anything (chapter README).
+///   contiguous, whole cache lines, so no byte read is wasted; what changes is that a run of
+///   positions of one head is no longer one sequential stream. At g = 8, d = 128 in float the
+///   stride is 4 KiB, a page: every row of a head starts a new page (one TLB entry per row; the L2
+///   stream prefetcher, which stays within a page, cannot run ahead of the kernel), and every row
+///   maps to the same L1 sets. The chapter's benchmark (`kv_layout_decode_per_head` against
+///   `kv_layout_decode_per_token`) measures what that costs: about twice the time per token at 4K
+///   and 32K positions on the machine of the chapter's figures, although both read the same bytes.
 ///
 /// The kernel here is `gqa_decode_attention_v2`'s split-K flash-decoding, the same code with the
 /// row stride \f$ g\,d \f$ instead of d.
