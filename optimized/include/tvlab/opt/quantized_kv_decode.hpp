@@ -22,12 +22,12 @@
 /// extension, INT4 by masking and shifting nibbles, E4M3 by moving its bits into a float's
 /// exponent and mantissa fields and multiplying by \f$ 2^{120} \f$ (exact, subnormals included).
 ///
-/// | cache (g = 8, d = 128) | bytes per token, K + V | of float's |
+/// | cache (g = 8, d = 128) | bytes per position, K + V: codes + scales (and minimums) | of float's |
 /// | --- | --- | --- |
 /// | float | 8192 | 1 |
 /// | bf16 | 4096 | 1/2 |
 /// | INT8 per token, FP8 E4M3 per token | 2048 + 64 | 0.26 |
-/// | INT8 keys per channel (groups of 32 tokens), values per token | 2048 + 64 | 0.26 |
+/// | INT8 keys per channel (groups of 32 tokens), values per token | 2048 + 160 | 0.27 |
 /// | INT4 per group of 32, asymmetric | 1024 + 512 | 0.19 |
 
 #include <cstddef>
