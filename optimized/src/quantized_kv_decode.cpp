@@ -146,6 +146,12 @@ class QuantizedRows {
     if (x_.spec.axis == KvScaleAxis::per_token) {
       // Per token: the row's d / G groups of G consecutive channels, one scale (and minimum) each.
       const std::size_t size = x_.spec.group_size, first_group = (h * x_.seq + t) * (d / size);
+      if (size == d) {  // one scale per token and head: one loop over the row, as wide as the vectoriser likes
+        const float s = x_.scales[first_group], z = symmetric ? 0.0f : x_.minimums[first_group];
+#pragma omp simd
+        for (std::size_t e = 0; e < d; ++e) out[e] = z + s * q(e);
+        return;
+      }
       for (std::size_t group = 0; group < d / size; ++group) {
         const float s = x_.scales[first_group + group], z = symmetric ? 0.0f : x_.minimums[first_group + group];
         const std::size_t e0 = group * size;
