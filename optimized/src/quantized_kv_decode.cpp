@@ -112,6 +112,20 @@ class QuantizedRows {
     }
   }
 
+  // out[c] = z + s q_c over `size` codes of one byte each (sign-extended from 4 bits when sign = 8);
+  // kSize, when not 0, is `size` known at compile time.
+  // (With the size known the compiler picks its vectors to fit it; otherwise simdlen(16).)
+  template <std::size_t kSize>
+  static void dequantize_small_codes(const std::uint8_t* q, std::size_t size, float s, float z, int sign, float* out) {
+    if constexpr (kSize != 0) {
+#pragma omp simd
+      for (std::size_t c = 0; c < kSize; ++c) out[c] = z + s * static_cast<float>((q[c] ^ sign) - sign);
+    } else {
+#pragma omp simd simdlen(16)
+      for (std::size_t c = 0; c < size; ++c) out[c] = z + s * static_cast<float>((q[c] ^ sign) - sign);
+    }
+  }
+
   // INT4 per token with groups of an even size: byte i of the row holds elements 2i (low nibble)
   // and 2i + 1 (high nibble). Writing the two floats of a byte to two places defeats the vectoriser
   // (interleaved stores), so the row's nibbles are first spread into 16-bit words, word i = low
@@ -131,9 +145,11 @@ class QuantizedRows {
       for (std::size_t e = e0; e < e0 + 2 * count; e += size) {
         const std::size_t group = first_group + e / size;
         const float s = x_.scales[group], z = x_.spec.symmetric ? 0.0f : x_.minimums[group];
-        const std::uint8_t* q = nibbles + (e - e0);
-#pragma omp simd simdlen(16)
-        for (std::size_t c = 0; c < size; ++c) out[e + c] = z + s * static_cast<float>((q[c] ^ sign) - sign);
+        // Groups of 32, the common size, with a trip count the compiler knows: two whole vectors.
+        if (size == 32)
+          dequantize_small_codes<32>(nibbles + (e - e0), size, s, z, sign, out + e);
+        else
+          dequantize_small_codes<0>(nibbles + (e - e0), size, s, z, sign, out + e);
       }
     }
   }
