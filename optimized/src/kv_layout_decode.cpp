@@ -1,5 +1,7 @@
 #include "tvlab/opt/kv_layout_decode.hpp"
 
+#include <algorithm>
+
 #include "tvlab/core/error.hpp"
 
 #include "detail/decode_checks.hpp"

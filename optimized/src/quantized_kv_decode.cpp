@@ -1,12 +1,12 @@
 #include "tvlab/opt/quantized_kv_decode.hpp"
 
-#include <limits>
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <vector>
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 
 #include "detail/decode_checks.hpp"
