@@ -53,16 +53,18 @@ inline void score_tile(const float* q, std::size_t d, const float* kt, std::size
     }
 }
 
-/// O[r][e] += sum_c P[r][c] V[c][e] for r < rows, c < cols, e < ldv (a multiple of kTileCols).
-/// P is `[rows, lds]`, V `[cols, ldv]`, O `[rows, ldv]`.
+/// O[r][e] += sum_c P[r][c] V[c][e] for r < rows, c < cols, e < ldo (a multiple of kTileCols).
+/// P is `[rows, lds]`, V `[cols, ldv]` with ldv >= ldo, O `[rows, ldo]`; ldo = 0 means ldv (V's
+/// rows as wide as O's).
 inline void accumulate_pv(const float* p, std::size_t lds, const float* v, std::size_t ldv, float* o, std::size_t rows,
-                          std::size_t cols) {
+                          std::size_t cols, std::size_t ldo = 0) {
+  if (ldo == 0) ldo = ldv;
   std::size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    for (std::size_t e = 0; e < ldv; e += kTileCols) {
+    for (std::size_t e = 0; e < ldo; e += kTileCols) {
       FloatBatch acc[4][kVectors];
       for (std::size_t i = 0; i < 4; ++i)
-        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = FloatBatch::load_unaligned(o + (r + i) * ldv + e + x * kLanes);
+        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = FloatBatch::load_unaligned(o + (r + i) * ldo + e + x * kLanes);
       for (std::size_t c = 0; c < cols; ++c) {
         FloatBatch b[kVectors];
         for (std::size_t x = 0; x < kVectors; ++x) b[x] = FloatBatch::load_unaligned(v + c * ldv + e + x * kLanes);
@@ -72,18 +74,18 @@ inline void accumulate_pv(const float* p, std::size_t lds, const float* v, std::
         }
       }
       for (std::size_t i = 0; i < 4; ++i)
-        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x].store_unaligned(o + (r + i) * ldv + e + x * kLanes);
+        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x].store_unaligned(o + (r + i) * ldo + e + x * kLanes);
     }
   for (; r < rows; ++r)
-    for (std::size_t e = 0; e < ldv; e += kTileCols) {
+    for (std::size_t e = 0; e < ldo; e += kTileCols) {
       FloatBatch acc[kVectors];
-      for (std::size_t x = 0; x < kVectors; ++x) acc[x] = FloatBatch::load_unaligned(o + r * ldv + e + x * kLanes);
+      for (std::size_t x = 0; x < kVectors; ++x) acc[x] = FloatBatch::load_unaligned(o + r * ldo + e + x * kLanes);
       for (std::size_t c = 0; c < cols; ++c) {
         const FloatBatch a(p[r * lds + c]);
         for (std::size_t x = 0; x < kVectors; ++x)
           acc[x] = xsimd::fma(a, FloatBatch::load_unaligned(v + c * ldv + e + x * kLanes), acc[x]);
       }
-      for (std::size_t x = 0; x < kVectors; ++x) acc[x].store_unaligned(o + r * ldv + e + x * kLanes);
+      for (std::size_t x = 0; x < kVectors; ++x) acc[x].store_unaligned(o + r * ldo + e + x * kLanes);
     }
 }
 

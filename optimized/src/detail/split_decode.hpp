@@ -1,0 +1,204 @@
+#pragma once
+// Split-K flash-decoding (chapter 05), written once for every KV cache the chapter decodes: float
+// caches in either layout (gqa_decode.cpp, kv_layout_decode.cpp) and caches of narrower numbers
+// (bf16, INT8, INT4, FP8: quantized_kv_decode.cpp). The kernel asks a cache for a block of key
+// rows and a block of value rows at a time, as floats; a float cache hands out a pointer into
+// itself, a quantized cache dequantizes the block into a small per-thread buffer first. The
+// scores, the online softmax, P V and the merge of the splits are the same for all of them.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "tvlab/opt/online_softmax.hpp"
+
+#include "flash_tiles.hpp"
+
+namespace tvlab::opt::detail {
+
+/// Rows handed out by a cache: row c of the block at `rows + c * stride`.
+struct RowBlock {
+  const float* rows;
+  std::size_t stride;
+};
+
+/// A float cache `[.., d]` whose head `kv` starts at `data + kv * head_stride` and whose
+/// consecutive positions are `row_stride` floats apart: `[g, capacity, d]` has (capacity d, d),
+/// `[capacity, g, d]` has (d, g d).
+struct FloatRows {
+  const float* data;
+  std::size_t head_stride, row_stride, dim;
+
+  /// Positions [first, first + count) of head kv, each readable over `width` >= dim floats: the
+  /// cache itself, or (width > dim) the rows copied into `buffer` [count, width], whose padding the
+  /// caller keeps at 0.
+  RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
+    const float* start = data + kv * head_stride + first * row_stride;
+    if (width == dim) return {start, row_stride};
+    for (std::size_t c = 0; c < count; ++c) std::copy_n(start + c * row_stride, dim, buffer + c * width);
+    return {buffer, width};
+  }
+  /// Whether `rows` needs its buffer for rows of `width` floats.
+  bool needs_buffer(std::size_t width) const { return width != dim; }
+};
+
+/// The sizes of one split-K decode step.
+struct SplitDecodeShape {
+  std::size_t heads;     ///< h, query heads
+  std::size_t kv_heads;  ///< g
+  std::size_t group;     ///< h / g, query heads per kv head
+  std::size_t length;    ///< positions attended, >= 1
+  std::size_t d, d_v;    ///< key and value head sizes
+  float scale;
+  std::size_t splits;  ///< ranges of positions, in [1, length]
+  std::size_t block;   ///< positions per online softmax step; a multiple of kTileCols on the micro-kernel path
+  /// Positions per request to the cache (a divisor of `block`): `block` for a float cache, whose
+  /// rows are read in place; fewer for a cache that converts each request into a buffer, so that
+  /// the buffer stays in L1 while the cache is still read in runs of `block` positions.
+  std::size_t piece;
+};
+
+/// From this many query rows per kv head on, the scores go through the register-blocked
+/// micro-kernel, whose transposition of each key block costs about as much as 16 rows' dot
+/// products save (measured at 32K positions, 2 threads: 4 rows 2.4x faster with dot products, 32
+/// rows (MQA) 1.25x faster with the micro-kernel).
+inline constexpr std::size_t kMicroKernelRows = 16;
+
+inline std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+/// S[r][c] = scale q_r . k_c for r < rows, c < cols (q [rows, d], key c at keys + c ldk, S [rows, lds]).
+/// Four keys at a time: a dot product is a chain of dependent FMAs (d / lanes of them, each waiting
+/// for the last), so four independent chains keep the FMA units busy; the four keys (4 d floats)
+/// and the group's query rows stay in L1 while every row uses them.
+inline void scores_by_dot_products(const float* q, std::size_t rows, const float* keys, std::size_t ldk,
+                                   std::size_t cols, std::size_t d, float scale, float* s, std::size_t lds) {
+  const std::size_t d_vec = d / kLanes * kLanes;  // the rest, d % lanes, in scalar
+  std::size_t c = 0;
+  for (; c + 4 <= cols; c += 4)
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* qr = q + r * d;
+      FloatBatch acc[4] = {};
+      for (std::size_t e = 0; e < d_vec; e += kLanes) {
+        const FloatBatch qe = FloatBatch::load_unaligned(qr + e);
+        for (std::size_t x = 0; x < 4; ++x) acc[x] = xsimd::fma(qe, FloatBatch::load_unaligned(keys + (c + x) * ldk + e), acc[x]);
+      }
+      for (std::size_t x = 0; x < 4; ++x) {
+        float sum = xsimd::hadd(acc[x]);
+        for (std::size_t e = d_vec; e < d; ++e) sum += qr[e] * keys[(c + x) * ldk + e];
+        s[r * lds + c + x] = scale * sum;
+      }
+    }
+  for (; c < cols; ++c)  // the last cols % 4 keys, one at a time
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* qr = q + r * d;
+      const float* kc = keys + c * ldk;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (std::size_t e = 0; e < d; ++e) sum += qr[e] * kc[e];
+      s[r * lds + c] = scale * sum;
+    }
+}
+
+/// One decode step, split-K (Dao et al., 2023): threads take the work items (kv head, split of the
+/// positions); each reads its keys and values once, `shape.block` positions at a time (requested
+/// from the cache `shape.piece` positions at a time), for all h/g
+/// query heads of the group, and keeps per query head the online softmax's partial state
+/// \f$ (m, \ell, \tilde O) \f$ over its split. The partials are then merged per query head:
+/// \f$ m = \max_s m_s \f$, \f$ \ell = \sum_s e^{m_s - m} \ell_s \f$, \f$ o = \sum_s e^{m_s - m} \tilde O_s / \ell \f$,
+/// \f$ L = m + \ln \ell \f$. q is `[h, d]`; writes out `[h, d_v]` and lse `[h]`.
+/// `keys.rows(kv, first, count, d, buffer)` and `values.rows(kv, first, count, dv_pad, buffer)`
+/// hand out blocks, and `needs_buffer(width)` says whether they need their buffer (see FloatRows);
+/// dv_pad is d_v rounded up to kTileCols, and a value block must read 0 in its padding.
+template <class KeySource, class ValueSource>
+void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySource& keys, const ValueSource& values,
+                    float* out, float* lse) {
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  const auto& [heads, kv_heads, group, n, d, d_v, scale, splits, block, piece] = shape;
+  const bool micro_kernel = group >= kMicroKernelRows;
+  // The micro-kernels work on whole register widths: values and accumulators padded to dv_pad.
+  const std::size_t dv_pad = round_up(d_v, kTileCols);
+
+  // The partial state of every (split, query head): m, l and the unnormalised output O~ [dv_pad].
+  // Split-major, so that a group's h/g rows are contiguous as the micro-kernel wants them.
+  std::vector<float> part_m(splits * heads, neg_inf), part_l(splits * heads, 0.0f), part_o(splits * heads * dv_pad, 0.0f);
+  const auto items = static_cast<std::ptrdiff_t>(kv_heads * splits);
+
+#pragma omp parallel
+  {
+    // Per thread: the scores of the group [h/g, block], the block's keys transposed [d, block] (for
+    // the micro-kernel), and the buffers a cache may fill with a piece of keys [piece, d] and of
+    // values [piece, dv_pad] (their padding stays 0).
+    std::vector<float> s(group * block), kt(micro_kernel ? d * block : 0, 0.0f);
+    std::vector<float> k_buffer(keys.needs_buffer(d) ? piece * d : 0, 0.0f);
+    std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? piece * dv_pad : 0, 0.0f);
+#pragma omp for schedule(dynamic)
+    for (std::ptrdiff_t item = 0; item < items; ++item) {
+      const std::size_t kv = static_cast<std::size_t>(item) / splits, split = static_cast<std::size_t>(item) % splits;
+      const std::size_t begin = split * n / splits, end = (split + 1) * n / splits;
+      const float* qg = q + kv * group * d;  // the group's h/g query rows [h/g, d]
+      float* m = part_m.data() + split * heads + kv * group;
+      float* l = part_l.data() + split * heads + kv * group;
+      float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
+      for (std::size_t c0 = begin; c0 < end; c0 += block) {
+        const std::size_t cols = std::min(block, end - c0);
+        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested `piece`
+        // positions at a time (in order: one run of `cols` positions through the cache).
+        for (std::size_t p0 = 0; p0 < cols; p0 += piece) {
+          const std::size_t count = std::min(piece, cols - p0);
+          const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
+          if (micro_kernel) {
+            // The block's keys transposed to kt [d, block], for chapter 04's micro-kernel below
+            // (the columns past `cols` keep earlier finite keys: their scores become -inf below).
+            for (std::size_t c = 0; c < count; ++c) {
+              const float* kc = kb.rows + c * kb.stride;
+              for (std::size_t e = 0; e < d; ++e) kt[e * block + p0 + c] = kc[e];
+            }
+          } else {
+            scores_by_dot_products(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block);
+          }
+        }
+        // [h/g, d] x [d, block] on the micro-kernel: four query rows share every load of K^T.
+        if (micro_kernel) score_tile(qg, d, kt.data(), block, s.data(), block, group, block, scale);
+        // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
+        // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
+        for (std::size_t r = 0; r < group; ++r) {
+          float* srow = s.data() + r * block;
+          std::fill(srow + cols, srow + block, neg_inf);
+          online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
+        }
+        // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
+        // the values requested `piece` positions at a time.
+        for (std::size_t p0 = 0; p0 < cols; p0 += piece) {
+          const std::size_t count = std::min(piece, cols - p0);
+          const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
+          accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad);
+        }
+      }
+    }
+
+    // Merge the splits of each query head, as online_softmax_merge merges two softmax states:
+    // m = max_s m_s, l = sum_s e^{m_s - m} l_s, o = sum_s e^{m_s - m} O~_s / l, L = m + ln l.
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads); ++task) {
+      const auto i = static_cast<std::size_t>(task);
+      SoftmaxState total;
+      for (std::size_t split = 0; split < splits; ++split)
+        total = online_softmax_merge(total, {part_m[split * heads + i], part_l[split * heads + i]});
+      float* out_i = out + i * d_v;
+      std::fill(out_i, out_i + d_v, 0.0f);
+      for (std::size_t split = 0; split < splits; ++split) {
+        const auto weight = static_cast<float>(std::exp(part_m[split * heads + i] - total.max) / total.sum);
+        const float* o = part_o.data() + (split * heads + i) * dv_pad;
+#pragma omp simd
+        for (std::size_t e = 0; e < d_v; ++e) out_i[e] += weight * o[e];
+      }
+      lse[i] = static_cast<float>(total.max + std::log(total.sum));
+    }
+  }
+}
+
+}  // namespace tvlab::opt::detail

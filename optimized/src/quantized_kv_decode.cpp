@@ -1,0 +1,243 @@
+#include "tvlab/opt/quantized_kv_decode.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "tvlab/core/error.hpp"
+
+#include "detail/decode_checks.hpp"
+#include "detail/split_decode.hpp"
+
+namespace tvlab::opt {
+namespace {
+
+// Positions per block when the cache is converted to float on the way: the blocks of
+// gqa_decode_attention_v2 (512 with dot products, so that keys and values are read in long runs,
+// each a sequential stream for the hardware prefetchers; 64 on the micro-kernel), requested 32
+// positions at a time, so that the float rows of a piece (32 x 128 floats, 16 KiB) are still in L1
+// when the scores or P V read them.
+constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64, kPiece = 32;
+static_assert(kBlockDot % kPiece == 0 && kBlockMicroKernel % kPiece == 0 && kBlockMicroKernel % detail::kTileCols == 0,
+              "a block is a whole number of pieces (and of micro-kernel widths on that path)");
+
+// ------------------------------------------------------------------------------------------ bf16
+
+// Rows of a bf16 cache widened to float: a bf16 value's bits are the top 16 bits of the float it
+// stands for, so x = bits << 16, exactly.
+struct Bf16Rows {
+  const Bf16Kv& cache;
+
+  bool needs_buffer(std::size_t) const { return true; }
+  detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
+    const std::size_t d = cache.head_dim;
+    const std::uint16_t* bits = cache.bits.data() + (kv * cache.capacity + first) * d;
+    for (std::size_t c = 0; c < count; ++c) {
+      const std::uint16_t* row = bits + c * d;
+      float* out = buffer + c * width;
+#pragma omp simd
+      for (std::size_t e = 0; e < d; ++e) {
+        const std::uint32_t widened = static_cast<std::uint32_t>(row[e]) << 16;
+        std::memcpy(out + e, &widened, sizeof widened);
+      }
+    }
+    return {buffer, width};
+  }
+};
+
+// ------------------------------------------------------------------------------------- quantized
+
+// E4M3 bits b = s.eeee.mmm as a float, by moving the bits into place: with the 7 bits below the
+// sign at float's bits 26..20 (float's exponent field then holds eeee, its mantissa starts with
+// mmm), the float is 2^{e-127} (1 + m/8), or 2^{-126} m/8 when e = 0, and 2^{120} times it is
+// E4M3's 2^{e-7} (1 + m/8), or 2^{-6} m/8: normal and subnormal values alike, exactly. Only
+// s.1111.111, E4M3's NaN, needs its own case. Vectorises to shifts, a multiply and a blend.
+inline float e4m3_value(std::uint8_t b) {
+  const std::uint32_t bits = (static_cast<std::uint32_t>(b & 0x80) << 24) | (static_cast<std::uint32_t>(b & 0x7f) << 20);
+  float placed;
+  std::memcpy(&placed, &bits, sizeof placed);
+  return (b & 0x7f) == 0x7f ? std::numeric_limits<float>::quiet_NaN() : placed * 0x1p120f;
+}
+
+// Rows of a quantized cache dequantized to float, one row of d channels at a time, in one pass:
+// x^ = z + s q with q the element's code as a number (a sign-extended INT8, an INT4 nibble, an
+// E4M3 value) and s, z its group's scale and minimum (z = 0 when symmetric). Each format's loop is
+// a short loop over the row that the compiler turns into vector conversions and FMAs, 16 codes at
+// a time (simdlen(16): left alone, the vectoriser sizes its vectors by the 1-byte codes, 64 per
+// AVX-512 register, and a group of 32 codes would run in the scalar remainder loop).
+class QuantizedRows {
+ public:
+  explicit QuantizedRows(const QuantizedKv& x)
+      : x_(x), token_groups_((x.seq + x.spec.group_size - 1) / x.spec.group_size) {}
+
+  bool needs_buffer(std::size_t) const { return true; }
+  detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
+    for (std::size_t c = 0; c < count; ++c) dequantize_row(kv, first + c, buffer + c * width);
+    return {buffer, width};
+  }
+
+ private:
+  void dequantize_row(std::size_t h, std::size_t t, float* out) const {
+    const std::size_t d = x_.head_dim, row = h * x_.seq + t;
+    const bool int4 = x_.spec.code == KvCodeType::int4;
+    const std::uint8_t* codes = x_.codes.data() + (int4 ? row * d / 2 : row * d);
+    switch (x_.spec.code) {
+      case KvCodeType::int8:
+        if (x_.spec.symmetric)
+          scale_codes(h, t, out, [codes](std::size_t e) { return static_cast<float>(static_cast<std::int8_t>(codes[e])); });
+        else
+          scale_codes(h, t, out, [codes](std::size_t e) { return static_cast<float>(codes[e]); });
+        break;
+      case KvCodeType::int4: {
+        // Element e in byte e/2, the low nibble when e is even; symmetric codes are 4-bit two's
+        // complement, sign-extended as (n XOR 8) - 8.
+        const int sign = x_.spec.symmetric ? 8 : 0;
+        if (x_.spec.axis == KvScaleAxis::per_token && (256 % x_.spec.group_size == 0 || x_.head_dim <= 256) &&
+            x_.spec.group_size % 2 == 0) {
+          dequantize_int4_pairs(h, t, codes, sign, out);
+          break;
+        }
+        scale_codes(h, t, out, [codes, sign](std::size_t e) {
+          const int nibble = (codes[e / 2] >> (4 * (e % 2))) & 0x0f;
+          return static_cast<float>((nibble ^ sign) - sign);
+        });
+        break;
+      }
+      case KvCodeType::fp8_e4m3:
+        scale_codes(h, t, out, [codes](std::size_t e) { return e4m3_value(codes[e]); });
+        break;
+    }
+  }
+
+  // out[c] = z + s q_c over `size` codes of one byte each (sign-extended from 4 bits when sign = 8);
+  // kSize, when not 0, is `size` known at compile time.
+  // (With the size known the compiler picks its vectors to fit it; otherwise simdlen(16).)
+  template <std::size_t kSize>
+  static void dequantize_small_codes(const std::uint8_t* q, std::size_t size, float s, float z, int sign, float* out) {
+    if constexpr (kSize != 0) {
+#pragma omp simd
+      for (std::size_t c = 0; c < kSize; ++c) out[c] = z + s * static_cast<float>((q[c] ^ sign) - sign);
+    } else {
+#pragma omp simd simdlen(16)
+      for (std::size_t c = 0; c < size; ++c) out[c] = z + s * static_cast<float>((q[c] ^ sign) - sign);
+    }
+  }
+
+  // INT4 per token with groups of an even size: byte i of the row holds elements 2i (low nibble)
+  // and 2i + 1 (high nibble). Writing the two floats of a byte to two places defeats the vectoriser
+  // (interleaved stores), so the row's nibbles are first spread into 16-bit words, word i = low
+  // nibble | high nibble << 8, whose bytes in memory (little-endian) are the codes of elements 2i,
+  // 2i + 1 in order, one byte each; then each group is dequantized as INT8 codes are.
+  void dequantize_int4_pairs(std::size_t h, std::size_t t, const std::uint8_t* codes, int sign, float* out) const {
+    static_assert(std::endian::native == std::endian::little, "word i's low byte is element 2i");
+    constexpr std::size_t kWords = 128;  // head_dim up to 256 in one pass
+    const std::size_t d = x_.head_dim, size = x_.spec.group_size, groups = d / size, first_group = (h * x_.seq + t) * groups;
+    std::uint16_t words[kWords];
+    const auto* nibbles = reinterpret_cast<const std::uint8_t*>(words);  // a byte view, allowed for any object
+    for (std::size_t e0 = 0; e0 < d; e0 += 2 * kWords) {  // whole groups at a time: 2 kWords is a multiple of size
+      const std::size_t count = std::min(kWords, (d - e0) / 2);
+#pragma omp simd simdlen(16)
+      for (std::size_t i = 0; i < count; ++i)
+        words[i] = static_cast<std::uint16_t>((codes[e0 / 2 + i] & 0x0f) | ((codes[e0 / 2 + i] & 0xf0) << 4));
+      for (std::size_t e = e0; e < e0 + 2 * count; e += size) {
+        const std::size_t group = first_group + e / size;
+        const float s = x_.scales[group], z = x_.spec.symmetric ? 0.0f : x_.minimums[group];
+        // Groups of 32, the common size, with a trip count the compiler knows: two whole vectors.
+        if (size == 32)
+          dequantize_small_codes<32>(nibbles + (e - e0), size, s, z, sign, out + e);
+        else
+          dequantize_small_codes<0>(nibbles + (e - e0), size, s, z, sign, out + e);
+      }
+    }
+  }
+
+  // out[e] = z + s q(e) over the row (h, t), with the scale (and minimum) of each element's group.
+  template <class Code>
+  void scale_codes(std::size_t h, std::size_t t, float* out, Code q) const {
+    const std::size_t d = x_.head_dim;
+    const bool symmetric = x_.spec.symmetric;
+    if (x_.spec.axis == KvScaleAxis::per_token) {
+      // Per token: the row's d / G groups of G consecutive channels, one scale (and minimum) each.
+      const std::size_t size = x_.spec.group_size, first_group = (h * x_.seq + t) * (d / size);
+      if (size == d) {  // one scale per token and head: one loop over the row, as wide as the vectoriser likes
+        const float s = x_.scales[first_group], z = symmetric ? 0.0f : x_.minimums[first_group];
+#pragma omp simd
+        for (std::size_t e = 0; e < d; ++e) out[e] = z + s * q(e);
+        return;
+      }
+      for (std::size_t group = 0; group < d / size; ++group) {
+        const float s = x_.scales[first_group + group], z = symmetric ? 0.0f : x_.minimums[first_group + group];
+        const std::size_t e0 = group * size;
+#pragma omp simd simdlen(16)
+        for (std::size_t e = e0; e < e0 + size; ++e) out[e] = z + s * q(e);
+      }
+      return;
+    }
+    // Per channel: the row of d scales (and minimums) of this token's group of G tokens.
+    const std::size_t first_group = (h * token_groups_ + t / x_.spec.group_size) * d;
+    const float* s = x_.scales.data() + first_group;
+    if (symmetric) {
+#pragma omp simd
+      for (std::size_t e = 0; e < d; ++e) out[e] = s[e] * q(e);
+    } else {
+      const float* z = x_.minimums.data() + first_group;
+#pragma omp simd
+      for (std::size_t e = 0; e < d; ++e) out[e] = z[e] + s[e] * q(e);
+    }
+  }
+
+  const QuantizedKv& x_;
+  std::size_t token_groups_;  // per channel: groups of G tokens along the sequence
+};
+
+// The checks of ref::quantized_kv_decode_attention on one quantized tensor, and the one spec the
+// kernel does not take: INT4 with an odd head_dim, whose tokens' codes do not start on a byte.
+void validate_quantized(const char* function, const char* name, const QuantizedKv& x) {
+  require(x.heads > 0 && x.seq > 0 && x.head_dim > 0, function, name, " is empty (", x.heads, " heads, ", x.seq,
+          " tokens, head_dim ", x.head_dim, "): quantize a non-empty tensor with quantize_kv");
+  validate_kv_quant_spec(function, x.spec, x.head_dim);
+  require(x.spec.code != KvCodeType::int4 || x.head_dim % 2 == 0, function, name, " has int4 codes and head_dim ",
+          x.head_dim, ", which must be even for this kernel: each token's codes must start on a byte");
+  const std::size_t elements = x.heads * x.seq * x.head_dim;
+  const std::size_t code_bytes = x.spec.code == KvCodeType::int4 ? (elements + 1) / 2 : elements;
+  const std::size_t groups = x.group_index(x.heads - 1, x.seq - 1, x.head_dim - 1) + 1;
+  require(x.codes.size() == code_bytes && x.scales.size() == groups && x.minimums.size() == (x.spec.symmetric ? 0 : groups),
+          function, name, " has ", x.codes.size(), " code bytes, ", x.scales.size(), " scales and ", x.minimums.size(),
+          " minimums; its shape and spec need ", code_bytes, ", ", groups, " and ", x.spec.symmetric ? 0 : groups);
+}
+
+}  // namespace
+
+ref::GqaDecodeOutput bf16_kv_decode_attention(const Tensor2& q, const Bf16Kv& k_cache, const Bf16Kv& v_cache,
+                                              std::size_t length, std::optional<double> scale, std::size_t splits) {
+  constexpr const char* function = "bf16_kv_decode_attention";
+  validate_bf16_kv(function, "k_cache", k_cache);
+  validate_bf16_kv(function, "v_cache", v_cache);
+  const detail::SplitDecodeShape shape = detail::validate_split_decode(
+      function, q, "k_cache", {k_cache.heads, k_cache.capacity, k_cache.head_dim}, "v_cache",
+      {v_cache.heads, v_cache.capacity, v_cache.head_dim}, length, scale, splits, kBlockDot, kBlockMicroKernel, kPiece);
+  ref::GqaDecodeOutput result{Tensor2::from_shape({shape.heads, shape.d_v}), Tensor1::from_shape({shape.heads})};
+  detail::split_k_decode(q.data(), shape, Bf16Rows{k_cache}, Bf16Rows{v_cache}, result.out.data(), result.lse.data());
+  return result;
+}
+
+Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v, std::size_t length,
+                                      std::optional<double> scale, std::size_t splits) {
+  constexpr const char* function = "quantized_kv_decode_attention";
+  validate_quantized(function, "k", k);
+  validate_quantized(function, "v", v);
+  require(v.heads == k.heads && v.seq == k.seq && v.head_dim == k.head_dim, function, "v has shape [", v.heads, ", ",
+          v.seq, ", ", v.head_dim, "], expected [", k.heads, ", ", k.seq, ", ", k.head_dim, "] (the shape of k)");
+  const detail::SplitDecodeShape shape =
+      detail::validate_split_decode(function, q, "k", {k.heads, k.seq, k.head_dim}, "v", {v.heads, v.seq, v.head_dim},
+                                    length, scale, splits, kBlockDot, kBlockMicroKernel, kPiece);
+  Tensor2 out = Tensor2::from_shape({shape.heads, shape.d_v});
+  std::vector<float> lse(shape.heads);
+  detail::split_k_decode(q.data(), shape, QuantizedRows{k}, QuantizedRows{v}, out.data(), lse.data());
+  return out;
+}
+
+}  // namespace tvlab::opt
