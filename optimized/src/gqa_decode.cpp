@@ -8,66 +8,15 @@
 #include <vector>
 
 #include "tvlab/core/error.hpp"
-#include "tvlab/opt/online_softmax.hpp"
 
-#include "detail/flash_tiles.hpp"
+#include "detail/decode_split.hpp"
 
 namespace tvlab::opt {
 namespace {
 
 constexpr const char* kFunction = "gqa_decode_attention";
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Positions per block of a v2 work item. With dot products: 512, so that keys and values are read
-// in long runs (256 KiB each at d = 128) that stay in L2 between the scores and P V. With the
-// micro-kernel: 64, so that the transposed keys [d, 64] (32 KiB at d = 128) stay in L1.
-constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64;
-static_assert(kBlockDot % detail::kTileCols == 0 && kBlockMicroKernel % detail::kTileCols == 0,
-              "a block is a whole number of micro-kernel widths");
-
-// From this many query rows per kv head on, the scores go through the register-blocked micro-kernel,
-// whose transposition of each key block costs about as much as 16 rows' dot products save
-// (measured at 32K positions, 2 threads: 4 rows 2.4x faster with dot products, 32 rows (MQA)
-// 1.25x faster with the micro-kernel).
-constexpr std::size_t kMicroKernelRows = 16;
-
-std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
-
-// q . k over d floats (vectorised by the compiler).
-inline float dot(const float* q, const float* k, std::size_t d) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (std::size_t e = 0; e < d; ++e) sum += q[e] * k[e];
-  return sum;
-}
-
-// S[r][c] = scale q_r . k_c for r < rows, c < cols (q [rows, d], keys [cols, d], S [rows, lds]).
-// Four keys at a time: a dot product is a chain of dependent FMAs (d / lanes of them, each waiting
-// for the last), so four independent chains keep the FMA units busy; the four keys (4 d floats)
-// and the group's query rows stay in L1 while every row uses them.
-void scores_by_dot_products(const float* q, std::size_t rows, const float* keys, std::size_t cols, std::size_t d,
-                            float scale, float* s, std::size_t lds) {
-  using detail::FloatBatch;
-  using detail::kLanes;
-  const std::size_t d_vec = d / kLanes * kLanes;  // the rest, d % lanes, in scalar
-  std::size_t c = 0;
-  for (; c + 4 <= cols; c += 4)
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* qr = q + r * d;
-      FloatBatch acc[4] = {};
-      for (std::size_t e = 0; e < d_vec; e += kLanes) {
-        const FloatBatch qe = FloatBatch::load_unaligned(qr + e);
-        for (std::size_t x = 0; x < 4; ++x) acc[x] = xsimd::fma(qe, FloatBatch::load_unaligned(keys + (c + x) * d + e), acc[x]);
-      }
-      for (std::size_t x = 0; x < 4; ++x) {
-        float sum = xsimd::hadd(acc[x]);
-        for (std::size_t e = d_vec; e < d; ++e) sum += qr[e] * keys[(c + x) * d + e];
-        s[r * lds + c + x] = scale * sum;
-      }
-    }
-  for (; c < cols; ++c)  // the last cols % 4 keys, one at a time
-    for (std::size_t r = 0; r < rows; ++r) s[r * lds + c] = scale * dot(q + r * d, keys + c * d, d);
-}
+using detail::dot;
+constexpr float kNegInf = detail::kDecodeNegInf;
 
 }  // namespace
 
@@ -130,88 +79,31 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
                                         std::size_t length, std::optional<double> scale, std::size_t splits) {
   const ref::GqaDecodeDims dims = ref::validate_gqa_decode(kFunction, q, k_cache, v_cache, length, scale);
   const auto& [heads, kv_heads, group, capacity, n, d, d_v, scale_value] = dims;
-  const auto scale_f = static_cast<float>(scale_value);
   const int threads = omp_get_max_threads();
   if (splits == 0) splits = gqa_decode_splits(n, kv_heads, static_cast<std::size_t>(threads));
   require(splits <= n, kFunction, "splits (", splits, ") must not exceed length (", n, "): every split holds a position");
-  // The micro-kernels work on whole register widths: values and accumulators padded to dv_pad.
-  const std::size_t dv_pad = round_up(d_v, detail::kTileCols);
-  const std::size_t block = group >= kMicroKernelRows ? kBlockMicroKernel : kBlockDot;
-  const bool values_padded = dv_pad != d_v;
-
-  // The partial state of every (split, query head): m, l and the unnormalised output O~ [dv_pad].
-  // Split-major, so that a group's h/g rows are contiguous as the micro-kernel wants them.
-  std::vector<float> part_m(splits * heads, kNegInf), part_l(splits * heads, 0.0f), part_o(splits * heads * dv_pad, 0.0f);
+  const detail::DecodeSplitShape shape = detail::decode_split_shape(group, d, d_v, scale_value);
+  detail::DecodePartials parts(splits, heads, shape.dv_pad);
   const auto items = static_cast<std::ptrdiff_t>(kv_heads * splits);
   GqaDecodeOutput result{Tensor2::from_shape({heads, d_v}), Tensor1::from_shape({heads})};
 
 #pragma omp parallel num_threads(threads)
   {
-    // Per thread: the scores of the group [h/g, block], the block's keys transposed [d, block] (for
-    // the micro-kernel), and a block of values padded to dv_pad when d_v is not a whole number of
-    // register widths (the padding stays 0).
-    std::vector<float> s(group * block), kt(group >= kMicroKernelRows ? d * block : 0, 0.0f);
-    std::vector<float> v_block(values_padded ? block * dv_pad : 0, 0.0f);
+    detail::DecodeWorkspace ws(shape);
 #pragma omp for schedule(dynamic)
     for (std::ptrdiff_t item = 0; item < items; ++item) {
       const std::size_t kv = static_cast<std::size_t>(item) / splits, split = static_cast<std::size_t>(item) % splits;
-      const std::size_t begin = split * n / splits, end = (split + 1) * n / splits;
-      const float* qg = q.data() + kv * group * d;  // the group's h/g query rows [h/g, d]
       const float* keys = k_cache.data() + kv * capacity * d;
       const float* values = v_cache.data() + kv * capacity * d_v;
-      float* m = part_m.data() + split * heads + kv * group;
-      float* l = part_l.data() + split * heads + kv * group;
-      float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
-      for (std::size_t c0 = begin; c0 < end; c0 += block) {
-        const std::size_t cols = std::min(block, end - c0);
-        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group.
-        if (group >= kMicroKernelRows) {
-          // [h/g, d] x [d, block] on chapter 04's micro-kernel: the block's keys transposed to
-          // kt [d, block] (the columns past `cols` keep earlier finite keys: their scores are
-          // replaced by -inf below), then four query rows share every load of K^T.
-          for (std::size_t c = 0; c < cols; ++c) {
-            const float* kc = keys + (c0 + c) * d;
-            for (std::size_t e = 0; e < d; ++e) kt[e * block + c] = kc[e];
-          }
-          detail::score_tile(qg, d, kt.data(), block, s.data(), block, group, block, scale_f);
-        } else {
-          scores_by_dot_products(qg, group, keys + c0 * d, cols, d, scale_f, s.data(), block);
-        }
-        // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
-        // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
-        for (std::size_t r = 0; r < group; ++r) {
-          float* srow = s.data() + r * block;
-          std::fill(srow + cols, srow + block, kNegInf);
-          detail::online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
-        }
-        // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V.
-        const float* vb = values + c0 * d_v;
-        if (values_padded) {
-          for (std::size_t c = 0; c < cols; ++c) std::copy_n(vb + c * d_v, d_v, v_block.data() + c * dv_pad);
-          vb = v_block.data();
-        }
-        detail::accumulate_pv(s.data(), block, vb, dv_pad, o, group, cols);
-      }
+      // A contiguous cache: a block of positions is one run.
+      auto runs_of = [&](std::size_t c0, std::size_t cols, const auto& visit) {
+        visit(0, detail::PositionRun{keys + c0 * d, values + c0 * d_v, cols});
+      };
+      const std::size_t first = parts.row(split, kv * group);
+      detail::decode_split(shape, q.data() + kv * group * d, split * n / splits, (split + 1) * n / splits, runs_of,
+                           parts.m.data() + first, parts.l.data() + first, parts.o.data() + first * shape.dv_pad, ws);
     }
-
-    // Merge the splits of each query head, as online_softmax_merge merges two softmax states:
-    // m = max_s m_s, l = sum_s e^{m_s - m} l_s, o = sum_s e^{m_s - m} O~_s / l, L = m + ln l.
-#pragma omp for schedule(static)
-    for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads); ++task) {
-      const auto i = static_cast<std::size_t>(task);
-      SoftmaxState total;
-      for (std::size_t split = 0; split < splits; ++split)
-        total = online_softmax_merge(total, {part_m[split * heads + i], part_l[split * heads + i]});
-      float* out = result.out.data() + i * d_v;
-      std::fill(out, out + d_v, 0.0f);
-      for (std::size_t split = 0; split < splits; ++split) {
-        const auto weight = static_cast<float>(std::exp(part_m[split * heads + i] - total.max) / total.sum);
-        const float* o = part_o.data() + (split * heads + i) * dv_pad;
-#pragma omp simd
-        for (std::size_t e = 0; e < d_v; ++e) out[e] += weight * o[e];
-      }
-      result.lse(i) = static_cast<float>(total.max + std::log(total.sum));
-    }
+    detail::merge_decode_splits(parts, d_v, result.out.data(), result.lse.data());
   }
   return result;
 }
