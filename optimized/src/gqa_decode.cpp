@@ -96,7 +96,7 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
       const float* keys = k_cache.data() + kv * capacity * d;
       const float* values = v_cache.data() + kv * capacity * d_v;
       // A contiguous cache: a block of positions is one run.
-      auto runs_of = [&](std::size_t c0, std::size_t cols, const auto& visit) {
+      auto runs_of = [&](std::size_t c0, std::size_t cols, detail::RunPass, const auto& visit) {
         visit(0, detail::PositionRun{keys + c0 * d, values + c0 * d_v, cols});
       };
       const std::size_t first = parts.row(split, kv * group);

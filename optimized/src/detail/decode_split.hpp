@@ -116,10 +116,14 @@ struct DecodePartials {
   std::size_t row(std::size_t split, std::size_t head) const { return split * heads + head; }
 };
 
+// Which half of the runs a pass of a work item reads: the keys (scores) or the values (P V).
+enum class RunPass { keys, values };
+
 // One work item: the group's query rows qg [h/g, d] over positions [begin, end) of one kv head,
 // into the partial states m, l [h/g] and o [h/g, dv_pad] (which start at -inf, 0, 0).
-// runs_of(c0, cols, visit) calls visit(offset, PositionRun) for runs that cover positions
-// [c0, c0 + cols) in order, offset being the run's first position minus c0.
+// runs_of(c0, cols, pass, visit) calls visit(offset, PositionRun) for runs that cover positions
+// [c0, c0 + cols) in order, offset being the run's first position minus c0; `pass` says which
+// half of each run the visit reads.
 template <class RunsOf>
 void decode_split(const DecodeSplitShape& shape, const float* qg, std::size_t begin, std::size_t end,
                   const RunsOf& runs_of, float* m, float* l, float* o, DecodeWorkspace& ws) {
@@ -132,7 +136,7 @@ void decode_split(const DecodeSplitShape& shape, const float* qg, std::size_t be
       // [h/g, d] x [d, block] on chapter 04's micro-kernel: the block's keys transposed to
       // kt [d, block] (the columns past `cols` keep earlier finite keys: their scores are
       // replaced by -inf below), then four query rows share every load of K^T.
-      runs_of(c0, cols, [&](std::size_t offset, const PositionRun& run) {
+      runs_of(c0, cols, RunPass::keys, [&](std::size_t offset, const PositionRun& run) {
         for (std::size_t c = 0; c < run.count; ++c) {
           const float* kc = run.keys + c * d;
           for (std::size_t e = 0; e < d; ++e) ws.kt[e * block + offset + c] = kc[e];
@@ -140,7 +144,7 @@ void decode_split(const DecodeSplitShape& shape, const float* qg, std::size_t be
       });
       score_tile(qg, d, ws.kt.data(), block, s, block, group, block, shape.scale);
     } else {
-      runs_of(c0, cols, [&](std::size_t offset, const PositionRun& run) {
+      runs_of(c0, cols, RunPass::keys, [&](std::size_t offset, const PositionRun& run) {
         scores_by_dot_products(qg, group, run.keys, run.count, d, shape.scale, s + offset, block);
       });
     }
@@ -152,7 +156,7 @@ void decode_split(const DecodeSplitShape& shape, const float* qg, std::size_t be
       online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
     }
     // O~ += P~ V: [h/g, count] x [count, d_v] per run, four query rows sharing every load of V.
-    runs_of(c0, cols, [&](std::size_t offset, const PositionRun& run) {
+    runs_of(c0, cols, RunPass::values, [&](std::size_t offset, const PositionRun& run) {
       const float* vb = run.values;
       if (shape.values_padded()) {
         for (std::size_t c = 0; c < run.count; ++c) std::copy_n(vb + c * d_v, d_v, ws.v_block.data() + c * dv_pad);
