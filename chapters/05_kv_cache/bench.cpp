@@ -19,14 +19,22 @@
 #include <vector>
 
 #include "../common/bench_support.hpp"
+#include "tvlab/analysis/kv_memory.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/kv_bf16.hpp"
 #include "tvlab/core/kv_quant.hpp"
+#include "tvlab/core/paged_kv_cache.hpp"
+#include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
+#include "tvlab/opt/mla_decode.hpp"
+#include "tvlab/opt/paged_decode.hpp"
 #include "tvlab/opt/quantized_kv_decode.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
+#include "tvlab/ref/kv_cache.hpp"
+#include "tvlab/ref/mla_decode.hpp"
+#include "tvlab/ref/paged_attention.hpp"
 #include "tvlab/ref/quantized_kv_attention.hpp"
 
 namespace tvlab::bench {
@@ -136,6 +144,75 @@ const NarrowCache& narrow_cache_for(const CacheFormat& format, std::size_t lengt
     held.v = quantize_kv(in.v, format.value);
   }
   held.format = format.name;
+  held.length = length;
+  return held;
+}
+
+// ------------------------------------------------ paged decode, MLA decode, with and without a cache
+
+// Uniform values in [-1, 1) from a 64-bit xorshift, as inputs_for's (seeded per use).
+void fill_uniform(float* x, std::size_t n, std::uint64_t state) {
+  for (std::size_t i = 0; i < n; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    x[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);
+  }
+}
+Tensor2 uniform_matrix(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+  Tensor2 x = Tensor2::from_shape({rows, cols});
+  fill_uniform(x.data(), x.size(), seed);
+  return x;
+}
+Tensor3 uniform_tensor(std::size_t a, std::size_t b, std::size_t c, std::uint64_t seed) {
+  Tensor3 x = Tensor3::from_shape({a, b, c});
+  fill_uniform(x.data(), x.size(), seed);
+  return x;
+}
+
+// (a) The GQA decode step (32 query heads, g = 8, d = 128) over the same keys and values stored
+// contiguously, [g, n, d], and paged, blocks of 16 positions [blocks, g, 16, d] read through a
+// block table. The table is a random permutation of the sequence's blocks, as a pool shared by
+// many sequences hands them out: no two consecutive logical blocks are neighbours in memory.
+constexpr std::size_t kPagedKvHeads = 8, kPagedBlockSize = 16;
+struct PagedInputs {
+  std::size_t length = 0;
+  Tensor2 q;
+  Tensor3 k, v;  // contiguous
+  std::unique_ptr<PagedKvCache> cache;
+  std::vector<std::size_t> table;
+};
+PagedInputs& paged_inputs_for(std::size_t length) {
+  static PagedInputs held;
+  if (held.length == length) return held;
+  held = PagedInputs{};  // free the previous caches first
+  held.q = uniform_matrix(kHeads, kHeadDim, 11);
+  held.k = uniform_tensor(kPagedKvHeads, length, kHeadDim, 12);
+  held.v = uniform_tensor(kPagedKvHeads, length, kHeadDim, 13);
+  const std::size_t blocks = (length + kPagedBlockSize - 1) / kPagedBlockSize;
+  held.cache = std::make_unique<PagedKvCache>(PagedKvConfig{
+      .num_blocks = blocks, .block_size = kPagedBlockSize, .num_kv_heads = kPagedKvHeads, .head_dim = kHeadDim});
+  const SequenceId seq = held.cache->add_sequence();
+  held.cache->append(seq, held.k, held.v);
+  // A random order of the blocks (Fisher-Yates with the xorshift): the table reads the keys of
+  // logical block l from physical block table[l]; the contiguous copy is permuted alike, so that
+  // both hold the same sequence.
+  held.table = held.cache->block_table(seq);
+  std::uint64_t state = 0x2545f4914f6cdd1d;
+  for (std::size_t i = held.table.size(); i > 1; --i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    std::swap(held.table[i - 1], held.table[state % i]);
+  }
+  const Tensor4& pool_k = held.cache->key_blocks();
+  const Tensor4& pool_v = held.cache->value_blocks();
+  for (std::size_t j = 0; j < kPagedKvHeads; ++j)
+    for (std::size_t t = 0; t < length; ++t)
+      for (std::size_t e = 0; e < kHeadDim; ++e) {
+        held.k(j, t, e) = pool_k(held.table[t / kPagedBlockSize], j, t % kPagedBlockSize, e);
+        held.v(j, t, e) = pool_v(held.table[t / kPagedBlockSize], j, t % kPagedBlockSize, e);
+      }
   held.length = length;
   return held;
 }
@@ -251,6 +328,228 @@ void register_quantized_and_layout_benchmarks() {
   }
 }
 
+void paged_vs_contiguous(benchmark::State& state, bool paged) {
+  const auto length = static_cast<std::size_t>(state.range(0));
+  const PagedInputs& in = paged_inputs_for(length);
+  // Against the double reference over the first 4096 positions, with the tolerance of `decode`.
+  const std::size_t n = std::min(length, kValidatedLength);
+  const Tolerance tol{attention_tolerance(kHeadDim, n, std::sqrt(static_cast<double>(kHeadDim)), 1.0),
+                      2 * reduction_rtol(std::max(kHeadDim, n))};
+  const Tensor2 expected = ref::paged_decode_attention_with_lse(in.q, *in.cache, in.table, n).out;
+  const Tensor2 got = paged ? opt::paged_decode_attention(in.q, *in.cache, in.table, n).out
+                            : opt::gqa_decode_attention(in.q, in.k, in.v, n).out;
+  if (!validate(state, got, expected, tol)) return;
+  if (paged)
+    for (auto _ : state) benchmark::DoNotOptimize(opt::paged_decode_attention(in.q, *in.cache, in.table, length));
+  else
+    for (auto _ : state) benchmark::DoNotOptimize(opt::gqa_decode_attention(in.q, in.k, in.v, length));
+  // Both read g kv heads x length positions x (d + d_v) floats per token.
+  const double cache_bytes = static_cast<double>(kPagedKvHeads * length * 2 * kHeadDim * sizeof(float));
+  set_bytes(state, cache_bytes);
+  state.counters["cache_MiB"] = cache_bytes / (1 << 20);
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// (b) MLA's decode step at DeepSeek-V2/V3's shape: n_h = 128 heads, latent d_c = 512, decoupled
+// RoPE keys d_h^R = 64, d_h = 128. The absorbed form reads the latent cache, (d_c + d_h^R) floats
+// per token; the naive one first expands it into per-head keys [n_h, n, d_h + d_h^R] and values
+// [n_h, n, d_h], MHA's cache, 320 floats per token and head, 71x larger, and decodes over that.
+constexpr std::size_t kMlaHeads = 128, kMlaLatent = 512, kMlaRope = 64, kMlaHeadDim = 128;
+// The naive form's cache is timed only while it fits in this many bytes (it is held in memory
+// besides the latent one): at 32K positions it would take 5.4 GB.
+constexpr double kNaiveCacheLimit = 4.0 * (1 << 30);
+constexpr std::size_t kMlaValidatedLength = 1024;
+
+double naive_mla_cache_bytes(std::size_t length) {
+  return static_cast<double>(kMlaHeads * length * (kMlaHeadDim + kMlaRope + kMlaHeadDim) * sizeof(float));
+}
+
+struct MlaInputs {
+  std::size_t length = 0;
+  Tensor2 q_absorbed, latents, rope_keys;
+};
+const MlaInputs& mla_inputs_for(std::size_t length) {
+  static MlaInputs held;
+  if (held.length == length) return held;
+  held = MlaInputs{};
+  held.q_absorbed = uniform_matrix(kMlaHeads, kMlaLatent + kMlaRope, 21);
+  held.latents = uniform_matrix(length, kMlaLatent, 22);
+  held.rope_keys = uniform_matrix(length, kMlaRope, 23);
+  held.length = length;
+  return held;
+}
+double mla_scale() { return 1.0 / std::sqrt(static_cast<double>(kMlaHeadDim + kMlaRope)); }
+
+using MlaFn = ref::MlaDecodeAttention (*)(const Tensor2&, const Tensor2&, const Tensor2&, std::size_t, double);
+
+void mla_absorbed(benchmark::State& state, MlaFn fn) {
+  const auto length = static_cast<std::size_t>(state.range(0));
+  const MlaInputs& in = mla_inputs_for(length);
+  const double scale = mla_scale();
+  // Scores are sums of d_c + d_h^R = 576 products of values in [-1, 1): |s| <= scale 576.
+  const std::size_t n = std::min(length, kMlaValidatedLength), width = kMlaLatent + kMlaRope;
+  const Tolerance tol{attention_tolerance(width, n, scale * static_cast<double>(width), 1.0),
+                      2 * reduction_rtol(std::max(width, n))};
+  if (!validate(state, fn(in.q_absorbed, in.latents, in.rope_keys, n, scale).out_latent,
+                ref::mla_absorbed_decode_attention(in.q_absorbed, in.latents, in.rope_keys, n, scale).out_latent, tol))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(fn(in.q_absorbed, in.latents, in.rope_keys, length, scale));
+  const double cache_bytes = static_cast<double>(length * width * sizeof(float));
+  set_bytes(state, cache_bytes);
+  state.counters["cache_MiB"] = cache_bytes / (1 << 20);
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The naive form: per-head keys [k^C_i; k^R] (the RoPE key shared by the heads, copied into each)
+// and values, random as the latent cache (the decode step's cost does not depend on where they
+// came from), over the optimized MHA decode step.
+void mla_naive(benchmark::State& state) {
+  const auto length = static_cast<std::size_t>(state.range(0));
+  mla_inputs_for(0);  // free the latent cache: this one is up to 4 GiB
+  const Tensor2 q = uniform_matrix(kMlaHeads, kMlaHeadDim + kMlaRope, 31);
+  const Tensor3 k = uniform_tensor(kMlaHeads, length, kMlaHeadDim + kMlaRope, 32);
+  const Tensor3 v = uniform_tensor(kMlaHeads, length, kMlaHeadDim, 33);
+  const double scale = mla_scale();
+  const std::size_t n = std::min(length, kMlaValidatedLength), width = kMlaHeadDim + kMlaRope;
+  const Tolerance tol{attention_tolerance(width, n, scale * static_cast<double>(width), 1.0),
+                      2 * reduction_rtol(std::max(width, n))};
+  if (!validate(state, opt::gqa_decode_attention(q, k, v, n, scale).out, ref::gqa_decode_attention(q, k, v, n, scale).out,
+                tol))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(opt::gqa_decode_attention(q, k, v, length, scale));
+  set_bytes(state, naive_mla_cache_bytes(length));
+  state.counters["cache_MiB"] = naive_mla_cache_bytes(length) / (1 << 20);
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// (c) Generating T tokens after a prompt of 64 with one attention layer (d_model 512, 8 heads of
+// 64, MHA), with a KV cache and without. The inputs x_t are fixed random rows (the layer alone,
+// without the model that would compute the next input from the output). With the cache each
+// step projects the new token's q, k, v (three [1, 512] x [512, 512] products), appends k and v,
+// runs the decode step over the cache and projects the output: O(d^2 + n d) per token. Without,
+// each step recomputes the keys and values of all s tokens so far ([s, 512] x [512, 512] twice,
+// opt::multi_head_attention over them): O(s d^2) per token, O(T^2 d^2) in all.
+constexpr std::size_t kSmallModel = 512, kSmallHeads = 8, kSmallHeadDim = kSmallModel / kSmallHeads, kPrompt = 64;
+
+MhaWeights small_layer() {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(kSmallModel));  // keeps activations of order 1
+  MhaWeights w{uniform_matrix(kSmallModel, kSmallModel, 41), uniform_matrix(kSmallModel, kSmallModel, 42),
+               uniform_matrix(kSmallModel, kSmallModel, 43), uniform_matrix(kSmallModel, kSmallModel, 44)};
+  for (Tensor2* m : {&w.w_q, &w.w_k, &w.w_v, &w.w_o}) *m *= static_cast<float>(bound);
+  return w;
+}
+
+// y = x W for one row x [d_in] and W [d_in, d_out], row by row of W (contiguous, vectorised).
+void project_row(const float* x, const Tensor2& w, float* y) {
+  const std::size_t d_in = w.shape()[0], d_out = w.shape()[1];
+  std::fill(y, y + d_out, 0.0f);
+  for (std::size_t c = 0; c < d_in; ++c) {
+    const float xc = x[c];
+    const float* wc = w.data() + c * d_out;
+#pragma omp simd
+    for (std::size_t j = 0; j < d_out; ++j) y[j] += xc * wc[j];
+  }
+}
+
+// Generates tokens kPrompt .. kPrompt + T - 1 with a cache [h, kPrompt + T, d_k]; returns the last
+// token's output [1, d_model].
+Tensor2 generate_with_cache(const Tensor2& x, const MhaWeights& w, std::size_t tokens) {
+  const std::size_t total = kPrompt + tokens;
+  Tensor3 k_cache = Tensor3::from_shape({kSmallHeads, total, kSmallHeadDim});
+  Tensor3 v_cache = Tensor3::from_shape({kSmallHeads, total, kSmallHeadDim});
+  // Prefill: the prompt's outputs in one causal pass, its keys and values into the cache.
+  AttentionConfig causal;
+  causal.mask.causal = true;
+  const Tensor2 prompt = xt::view(x, xt::range(0, kPrompt), xt::all());
+  benchmark::DoNotOptimize(opt::multi_head_attention(prompt, prompt, w, static_cast<int>(kSmallHeads), causal));
+  std::vector<float> row(kSmallModel);
+  auto cache_token = [&](std::size_t t) {  // k_t = x_t W_k, v_t = x_t W_v, head by head into the cache
+    project_row(x.data() + t * kSmallModel, w.w_k, row.data());
+    for (std::size_t i = 0; i < kSmallHeads; ++i)
+      std::copy_n(row.data() + i * kSmallHeadDim, kSmallHeadDim, &k_cache(i, t, 0));
+    project_row(x.data() + t * kSmallModel, w.w_v, row.data());
+    for (std::size_t i = 0; i < kSmallHeads; ++i)
+      std::copy_n(row.data() + i * kSmallHeadDim, kSmallHeadDim, &v_cache(i, t, 0));
+  };
+  for (std::size_t t = 0; t < kPrompt; ++t) cache_token(t);
+  Tensor2 q = Tensor2::from_shape({kSmallHeads, kSmallHeadDim});
+  Tensor2 y = Tensor2::from_shape({1, kSmallModel});
+  for (std::size_t t = kPrompt; t < total; ++t) {
+    project_row(x.data() + t * kSmallModel, w.w_q, q.data());  // [h d_k] = [h, d_k] row-major
+    cache_token(t);
+    const ref::GqaDecodeOutput o = opt::gqa_decode_attention(q, k_cache, v_cache, t + 1);
+    project_row(o.out.data(), w.w_o, y.data());
+  }
+  return y;
+}
+
+// The same tokens, each step recomputing every key and value; returns the last token's output.
+Tensor2 generate_without_cache(const Tensor2& x, const MhaWeights& w, std::size_t tokens) {
+  AttentionConfig causal;
+  causal.mask.causal = true;
+  const Tensor2 prompt = xt::view(x, xt::range(0, kPrompt), xt::all());
+  benchmark::DoNotOptimize(opt::multi_head_attention(prompt, prompt, w, static_cast<int>(kSmallHeads), causal));
+  Tensor2 y;
+  for (std::size_t t = kPrompt; t < kPrompt + tokens; ++t) {
+    const Tensor2 seen = xt::view(x, xt::range(0, t + 1), xt::all());
+    const Tensor2 last = xt::view(x, xt::range(t, t + 1), xt::all());
+    y = opt::multi_head_attention(last, seen, w, static_cast<int>(kSmallHeads));  // the last token sees all
+  }
+  return y;
+}
+
+void generate(benchmark::State& state, bool with_cache) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  const Tensor2 x = uniform_matrix(kPrompt + tokens, kSmallModel, 51);
+  const MhaWeights w = small_layer();
+  // Both give the last token's output of the same layer: the cached run against the recomputing one
+  // (one step of it), an attention over kPrompt + T keys behind two projections of d_model terms.
+  const Tensor2 with = generate_with_cache(x, w, tokens);
+  const Tensor2 seen = x;
+  const Tensor2 last = xt::view(x, xt::range(kPrompt + tokens - 1, kPrompt + tokens), xt::all());
+  const Tensor2 recomputed = opt::multi_head_attention(last, seen, w, static_cast<int>(kSmallHeads));
+  const double rtol = 4 * reduction_rtol(std::max(kSmallModel, kPrompt + tokens));
+  if (!validate(state, with, recomputed, {rtol, rtol})) return;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(with_cache ? generate_with_cache(x, w, tokens) : generate_without_cache(x, w, tokens));
+  const KvHeads heads{static_cast<int>(kSmallHeads), static_cast<int>(kSmallHeads)};
+  // The projections' multiply-adds of the prompt and the T tokens, in closed form.
+  const auto macs = analysis::decode_projection_macs(kPrompt, tokens, kSmallModel, heads, kSmallHeadDim, with_cache);
+  state.counters["proj_GMAC"] = static_cast<double>(macs) / 1e9;
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_paged_and_mla_benchmarks() {
+  // (a) paged against contiguous, 4K to 128K positions (the 128K caches: 1 GiB each).
+  for (std::int64_t length : {4096, 32768, 131072})
+    for (const bool paged : {false, true})
+      add_benchmark(paged ? "gqa_decode_paged" : "gqa_decode_contiguous",
+                    [paged](benchmark::State& state) { paged_vs_contiguous(state, paged); },
+                    [=](benchmark::internal::Benchmark* b) { b->Arg(length)->ArgNames({"length"}); });
+  // (b) MLA: absorbed v2 and v1, and the naive expanded cache where it fits.
+  for (std::int64_t length : {1024, 4096, 32768}) {
+    const std::vector<std::pair<const char*, MlaFn>> absorbed{{"v2", opt::mla_absorbed_decode_attention_v2},
+                                                              {"v1", opt::mla_absorbed_decode_attention_v1}};
+    for (const auto& [name, fn] : absorbed)
+      add_benchmark(std::string("mla_decode_absorbed_") + name,
+                    [fn = fn](benchmark::State& state) { mla_absorbed(state, fn); },
+                    [=](benchmark::internal::Benchmark* b) { b->Arg(length)->ArgNames({"length"}); });
+    if (naive_mla_cache_bytes(static_cast<std::size_t>(length)) <= kNaiveCacheLimit)
+      add_benchmark("mla_decode_naive", mla_naive,
+                    [=](benchmark::internal::Benchmark* b) { b->Arg(length)->ArgNames({"length"}); });
+    else
+      note_not_timed("mla_decode_naive/length:" + std::to_string(length),
+                     "its expanded cache (" + std::to_string(naive_mla_cache_bytes(static_cast<std::size_t>(length)) / 1e9) +
+                         " GB) exceeds the 4 GiB this benchmark allows itself");
+  }
+  // (c) T generated tokens with and without the cache.
+  for (std::int64_t tokens : {256, 512, 1024})
+    for (const bool with_cache : {true, false})
+      add_benchmark(with_cache ? "generate_with_cache" : "generate_without_cache",
+                    [with_cache](benchmark::State& state) { generate(state, with_cache); },
+                    [=](benchmark::internal::Benchmark* b) { b->Arg(tokens)->ArgNames({"tokens"}); });
+}
+
 }  // namespace
 
 void register_benchmarks() {
@@ -271,6 +570,7 @@ void register_benchmarks() {
                         b->Args({kv_heads, length})->ArgNames({"g", "length"});
                       });
   register_quantized_and_layout_benchmarks();
+  register_paged_and_mla_benchmarks();
 }
 
 }  // namespace tvlab::bench

@@ -20,7 +20,8 @@ double validate_decode_query(const char* function, const Tensor2& q, const Paged
           "num_kv_heads (", g, "): each group of num_heads / num_kv_heads query heads shares one key/value head");
   require_finite(function, "q", q);
   if (scale) {
-    require(std::isfinite(*scale) && *scale > 0, function, "scale (", *scale, ") must be positive and finite");
+    require(std::isfinite(*scale) && *scale > 0 && *scale <= std::numeric_limits<float>::max(), function, "scale (",
+            *scale, ") must be positive and finite (representable in float)");
     return *scale;
   }
   return 1.0 / std::sqrt(static_cast<double>(cache.head_dim()));
@@ -28,16 +29,24 @@ double validate_decode_query(const char* function, const Tensor2& q, const Paged
 
 }  // namespace
 
-Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
-                               std::size_t context_len, std::optional<double> scale) {
+double validate_paged_decode(const char* function, const Tensor2& q, const PagedKvCache& cache,
+                             std::span<const std::size_t> block_table, std::size_t context_len,
+                             std::optional<double> scale) {
+  const double s = validate_decode_query(function, q, cache, scale);
+  cache.validate_block_table(function, "block_table", block_table, context_len);
+  return s;
+}
+
+GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvCache& cache,
+                                               std::span<const std::size_t> block_table, std::size_t context_len,
+                                               std::optional<double> scale) {
   const char* fn = "paged_decode_attention";
-  const double s = validate_decode_query(fn, q, cache, scale);
-  cache.validate_block_table(fn, "block_table", block_table, context_len);
+  const double s = validate_paged_decode(fn, q, cache, block_table, context_len, scale);
   const std::size_t num_heads = q.shape()[0], d = cache.head_dim(), b = cache.block_size();
   const std::size_t group = num_heads / cache.num_kv_heads();
   const Tensor4& keys = cache.key_blocks();
   const Tensor4& values = cache.value_blocks();
-  Tensor2 out = Tensor2::from_shape({num_heads, d});
+  GqaDecodeOutput result{Tensor2::from_shape({num_heads, d}), Tensor1::from_shape({num_heads})};
   std::vector<double> scores(context_len);
   for (std::size_t i = 0; i < num_heads; ++i) {
     const std::size_t kv_head = i / group;  // g(i) = floor(i / (h / g))
@@ -57,10 +66,16 @@ Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std:
       double o = 0.0;
       for (std::size_t t = 0; t < context_len; ++t)
         o += std::exp(scores[t] - m) / l * double{values(block_table[t / b], kv_head, t % b, c)};
-      out(i, c) = static_cast<float>(o);
+      result.out(i, c) = static_cast<float>(o);
     }
+    result.lse(i) = static_cast<float>(m + std::log(l));  // L_i = m + ln l
   }
-  return out;
+  return result;
+}
+
+Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+                               std::size_t context_len, std::optional<double> scale) {
+  return paged_decode_attention_with_lse(q, cache, block_table, context_len, scale).out;
 }
 
 Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, SequenceId seq,

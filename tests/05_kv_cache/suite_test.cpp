@@ -1,16 +1,20 @@
 // Chapter 05's suites, run over every backend of its registry: the decode step of grouped-query
-// attention over a KV cache equals a double-precision oracle for MHA, GQA and MQA shapes, reads
-// only the cached positions (the free slots after them hold NaN), and names the bad parameter.
+// attention over a KV cache, contiguous and paged, and MLA's absorbed decode step equal a
+// double-precision oracle for MHA, GQA and MQA shapes, read only the cached positions (the free
+// slots after them hold NaN), and name the bad parameter.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
 #include "backends.hpp"
+#include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/rng.hpp"
 
 namespace tvlab::kv {
@@ -128,7 +132,8 @@ TEST_P(DecodeErrors, bad_input_names_the_parameter) {
   EXPECT_TRUE(throws_error_naming(decode(in.q, in.k, in.v, 7), {"length", "capacity"})) << "length 7 > capacity 6";
   EXPECT_TRUE(throws_error_naming(decode(in.q, in.k, in.v, 4, -1.0), {"scale"})) << "scale -1";
   const Inputs three_heads = make_inputs({"h 3 g 2", 3, 2, 8, 8, 6, 4}, 4);
-  EXPECT_TRUE(throws_error_naming(decode(three_heads.q, in.k, in.v, 4), {"num_heads"})) << "h = 3, g = 2";
+  EXPECT_TRUE(throws_error_naming(decode(three_heads.q, in.k, in.v, 4), {"query heads (3", "kv heads (2"}))
+      << "h = 3, g = 2";
   const Tensor3 narrow_k = xt::view(in.k, xt::all(), xt::all(), xt::range(0, 7));
   EXPECT_TRUE(throws_error_naming(decode(in.q, narrow_k, in.v, 4), {"k_cache"})) << "k_cache of head_dim 7, q of 8";
   const Tensor3 short_v = xt::view(in.v, xt::all(), xt::range(0, 5), xt::all());
@@ -136,9 +141,6 @@ TEST_P(DecodeErrors, bad_input_names_the_parameter) {
   Tensor2 q_nan = in.q;
   q_nan(1, 2) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming(decode(q_nan, in.k, in.v, 4), {"q"})) << "q with NaN";
-  Tensor3 k_inf = in.k;
-  k_inf(1, 3, 0) = std::numeric_limits<float>::infinity();  // a cached position: an error
-  EXPECT_TRUE(throws_error_naming(decode(in.q, k_inf, in.v, 4), {"k_cache"})) << "k_cache with inf at position 3";
 }
 
 TEST_P(DecodeErrors, a_full_cache_and_one_position_are_valid) {
@@ -158,6 +160,284 @@ INSTANTIATE_TEST_SUITE_P(Ch05, DecodeErrors,
                          ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::decode)),
                          tvlab::testing::ImplName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DecodeErrors);  // not an exercise
+
+
+// ------------------------------------------------------------------------------- paged decode
+
+struct PagedCase {
+  const char* label;
+  std::size_t heads, kv_heads, head_dim, block_size, length;
+};
+void PrintTo(const PagedCase& c, std::ostream* out) { *out << c.label; }
+
+// A pool with room to spare (the blocks a sequence gets are then not 0, 1, 2, ...: a first
+// sequence of 5 tokens takes a block before ours) and one sequence of `length` random tokens, an
+// outlier key among them. The unwritten slots of its last block hold NaN (the pool's fill).
+struct PagedInputs {
+  PagedKvCache cache;
+  SequenceId seq;
+  Tensor2 q;
+};
+PagedInputs make_paged_inputs(const PagedCase& c, std::uint64_t seed) {
+  Rng rng(seed);
+  const std::size_t blocks = (c.length + c.block_size - 1) / c.block_size;
+  PagedInputs in{PagedKvCache({.num_blocks = 2 * blocks + 4,
+                               .block_size = c.block_size,
+                               .num_kv_heads = c.kv_heads,
+                               .head_dim = c.head_dim}),
+                 0, rng.normal_matrix(c.heads, c.head_dim)};
+  const SequenceId other = in.cache.add_sequence();
+  in.cache.append(other, rng.normal_tensor(c.kv_heads, 5, c.head_dim), rng.normal_tensor(c.kv_heads, 5, c.head_dim));
+  in.seq = in.cache.add_sequence();
+  Tensor3 k = rng.normal_tensor(c.kv_heads, c.length, c.head_dim);
+  k(0, c.length / 2, 0) = 6.0f;  // an outlier key, so that the softmax is not flat
+  in.cache.append(in.seq, k, rng.normal_tensor(c.kv_heads, c.length, c.head_dim));
+  return in;
+}
+
+// One paged step against the double oracle over the gathered keys and values, and against the
+// same backend's contiguous step over them (pages change where the numbers are, not the result).
+void expect_paged_step(const Backend& backend, const Tensor2& q, const PagedKvCache& cache, SequenceId seq,
+                       std::size_t context_len, std::optional<double> scale, std::uint64_t seed,
+                       const std::string& label) {
+  const Tensor3 keys = cache.gather_keys(seq), values = cache.gather_values(seq);
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(cache.head_dim())));
+  const Oracle oracle = decode_oracle(q, keys, values, context_len, s);
+  const DecodeAttention got = backend.paged_decode(q, cache, cache.block_table(seq), context_len, scale);
+  const Tolerance tol{1e-5, reduction_rtol(std::max(cache.head_dim(), context_len))};
+  const std::string what = "paged_decode_attention, " + label + ", context_len " + std::to_string(context_len);
+  EXPECT_TRUE(matches(got.out, oracle.out, tol,
+                      {what + ": out",
+                       {"t", "e"},
+                       seed,
+                       "",
+                       "token p is slot p mod b of block T[p / b]; query head t reads kv head t / (h/g); only the "
+                       "first context_len tokens count (the rest of the last block is NaN)"}));
+  EXPECT_TRUE(matches(got.lse, oracle.lse, {1e-5, 1e-6},
+                      {what + ": lse", {"t"}, seed, "", "lse_t = m_t + log sum_p exp(s_tp - m_t), m_t = max_p s_tp"}));
+  if (backend.decode) {
+    const DecodeAttention contiguous = backend.decode(q, keys, values, context_len, scale);
+    const DTensor2 contiguous_out = xt::cast<double>(contiguous.out);
+    EXPECT_TRUE(matches(got.out, contiguous_out, tol,
+                        {what + ": paged against the contiguous step over the gathered cache", {"t", "e"}, seed, "",
+                         "the same arithmetic over the same numbers, read through the block table"}));
+  }
+}
+
+class PagedCases : public ::testing::TestWithParam<std::tuple<Backend, PagedCase>> {};
+
+TEST_P(PagedCases, matches_the_double_oracle_and_the_contiguous_step) {
+  const auto& [backend, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  const std::uint64_t seed = 900 + c.heads * 31 + c.kv_heads * 7 + c.length;
+  const PagedInputs in = make_paged_inputs(c, seed);
+  for (const std::optional<double> scale : {std::optional<double>{}, std::optional<double>{0.3}})
+    expect_paged_step(backend, in.q, in.cache, in.seq, c.length, scale, seed, c.label);
+  // A prefix of the sequence, ending inside a block: the slots after it are data, not to be read.
+  const std::size_t drop = c.block_size / 2 + 1, prefix = c.length > drop ? c.length - drop : 1;
+  expect_paged_step(backend, in.q, in.cache, in.seq, prefix, std::nullopt, seed, std::string(c.label) + ", a prefix");
+}
+
+const PagedCase kPagedCases[] = {
+    {"MHA h 4, d 8, b 4, 13 tokens", 4, 4, 8, 4, 13},
+    {"GQA h 8 g 2, d 16, b 16, 37 tokens", 8, 2, 16, 16, 37},
+    {"GQA h 6 g 3, d 5, b 3, 1 token", 6, 3, 5, 3, 1},
+    {"GQA h 32 g 8, d 128, b 16, 1000 tokens", 32, 8, 128, 16, 1000},
+    {"MQA h 16, d 40, b 16, 700 tokens", 16, 1, 40, 16, 700},
+    {"MQA h 8, d 32, b 5, 601 tokens", 8, 1, 32, 5, 601},
+};
+INSTANTIATE_TEST_SUITE_P(Ch05, PagedCases,
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(),
+                                                                                           &Backend::paged_decode)),
+                                            ::testing::ValuesIn(kPagedCases)),
+                         tvlab::testing::ImplCaseName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PagedCases);  // not an exercise
+
+class PagedSequences : public ::testing::TestWithParam<Backend> {};
+
+// Beam search's pattern: a prompt, then two samples forked from it that share its blocks and
+// write their own tokens (the shared last block copied on the first write). Each reads its own
+// table: the shared prompt blocks and its private last block.
+TEST_P(PagedSequences, forked_sequences_read_their_shared_blocks) {
+  const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  const PagedCase c{"GQA h 8 g 2, d 16, b 8", 8, 2, 16, 8, 29};
+  PagedInputs in = make_paged_inputs(c, 77);
+  Rng rng(78);
+  const SequenceId first = in.cache.fork(in.seq), second = in.cache.fork(in.seq);
+  for (int token = 0; token < 5; ++token) {
+    in.cache.append(first, rng.normal_matrix(c.kv_heads, c.head_dim), rng.normal_matrix(c.kv_heads, c.head_dim));
+    in.cache.append(second, rng.normal_matrix(c.kv_heads, c.head_dim), rng.normal_matrix(c.kv_heads, c.head_dim));
+  }
+  const auto& table1 = in.cache.block_table(first);
+  const auto& table2 = in.cache.block_table(second);
+  ASSERT_EQ(table1[0], table2[0]) << "the forks share the prompt's first block";
+  ASSERT_NE(table1.back(), table2.back()) << "each fork wrote its own copy of the last block";
+  for (const SequenceId seq : {in.seq, first, second})
+    expect_paged_step(backend, in.q, in.cache, seq, in.cache.length(seq), std::nullopt, 77,
+                      "sequence " + std::to_string(seq) + " of a prompt and two forks");
+}
+
+TEST_P(PagedSequences, bad_input_names_the_parameter) {
+  const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  const PagedCase c{"GQA h 4 g 2, d 8, b 4", 4, 2, 8, 4, 10};
+  const PagedInputs in = make_paged_inputs(c, 5);
+  const std::vector<std::size_t> table = in.cache.block_table(in.seq);  // 3 blocks for 10 tokens
+  const std::size_t pool = 2 * 3 + 4;
+  auto step = [&](const Tensor2& q, std::vector<std::size_t> t, std::size_t n, std::optional<double> scale = {}) {
+    return [&backend, &in, q, t, n, scale] { backend.paged_decode(q, in.cache, t, n, scale); };
+  };
+  EXPECT_TRUE(throws_error_naming(step(in.q, table, 0), {"context_len"})) << "context_len 0";
+  EXPECT_TRUE(throws_error_naming(step(in.q, table, 13), {"block_table has 3 entries", "context_len (13)"}))
+      << "13 tokens need 4 blocks";
+  EXPECT_TRUE(throws_error_naming(step(in.q, {table[0], pool, table[2]}, 10), {"block_table[1]", "out of range"}))
+      << "a block past the pool";
+  EXPECT_TRUE(throws_error_naming(step(in.q, {table[0], pool - 1, table[2]}, 10), {"block_table[1]", "free block"}))
+      << "a free block";
+  EXPECT_TRUE(throws_error_naming(step(Rng(6).normal_matrix(3, 8), table, 10), {"num_heads 3", "num_kv_heads"}))
+      << "h = 3, g = 2";
+  EXPECT_TRUE(throws_error_naming(step(Rng(6).normal_matrix(4, 7), table, 10), {"q", "head_dim"})) << "d 7, cache 8";
+  Tensor2 q_nan = in.q;
+  q_nan(2, 5) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming(step(q_nan, table, 10), {"q", "non-finite"})) << "q with NaN";
+  EXPECT_TRUE(throws_error_naming(step(in.q, table, 10, -1.0), {"scale (-1)"})) << "scale -1";
+  EXPECT_TRUE(throws_error_naming(step(in.q, table, 10, 1e300), {"scale"})) << "scale beyond float";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch05, PagedSequences,
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::paged_decode)),
+                         tvlab::testing::ImplName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PagedSequences);  // not an exercise
+
+// ------------------------------------------------------------------------- MLA absorbed decode
+
+struct MlaCase {
+  const char* label;
+  std::size_t heads, d_c, d_r, capacity, length;
+};
+void PrintTo(const MlaCase& c, std::ostream* out) { *out << c.label; }
+
+// The oracle, from the definition, in double: s_ij = scale (q~_i . c_j + q^R_i . k^R_j) over
+// j < length, a_i = sum_j softmax_j(s_i) c_j, L_i = log sum_j e^{s_ij}.
+Oracle mla_oracle(const Tensor2& q, const Tensor2& latents, const Tensor2& rope_keys, std::size_t length, double scale) {
+  const std::size_t h = q.shape()[0], d_c = latents.shape()[1], d_r = rope_keys.shape()[1];
+  Oracle o{xt::zeros<double>({h, d_c}), xt::zeros<double>({h})};
+  std::vector<double> s(length);
+  for (std::size_t i = 0; i < h; ++i) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < length; ++j) {
+      double dot = 0.0;
+      for (std::size_t e = 0; e < d_c; ++e) dot += static_cast<double>(q(i, e)) * latents(j, e);
+      for (std::size_t e = 0; e < d_r; ++e) dot += static_cast<double>(q(i, d_c + e)) * rope_keys(j, e);
+      s[j] = scale * dot;
+      m = std::max(m, s[j]);
+    }
+    double sum = 0.0;
+    for (std::size_t j = 0; j < length; ++j) sum += std::exp(s[j] - m);
+    for (std::size_t j = 0; j < length; ++j)
+      for (std::size_t e = 0; e < d_c; ++e) o.out(i, e) += std::exp(s[j] - m) / sum * latents(j, e);
+    o.lse(i) = m + std::log(sum);
+  }
+  return o;
+}
+
+struct MlaInputs {
+  Tensor2 q, latents, rope_keys;
+};
+// A latent cache whose rows past `length` hold NaN: a step that reads them returns NaN.
+MlaInputs make_mla_inputs(const MlaCase& c, std::uint64_t seed) {
+  Rng rng(seed);
+  MlaInputs in{rng.normal_matrix(c.heads, c.d_c + c.d_r), rng.normal_matrix(c.capacity, c.d_c),
+               rng.normal_matrix(c.capacity, c.d_r)};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  xt::view(in.latents, xt::range(c.length, c.capacity), xt::all()) = nan;
+  xt::view(in.rope_keys, xt::range(c.length, c.capacity), xt::all()) = nan;
+  return in;
+}
+
+class MlaCases : public ::testing::TestWithParam<std::tuple<Backend, MlaCase>> {};
+
+TEST_P(MlaCases, matches_the_double_oracle) {
+  const auto& [backend, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  const std::uint64_t seed = 1300 + c.heads * 31 + c.d_c + c.length;
+  const MlaInputs in = make_mla_inputs(c, seed);
+  // MLA's scale 1 / sqrt(d_h + d_h^R) with d_h = d_c / 4, as DeepSeek-V2's 128 of 512.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d_c / 4 + c.d_r));
+  const Oracle oracle = mla_oracle(in.q, in.latents, in.rope_keys, c.length, scale);
+  const ref::MlaDecodeAttention got = backend.mla_decode(in.q, in.latents, in.rope_keys, c.length, scale);
+  // Scores are sums of d_c + d_h^R products (magnitude up to scale sum_e |q_e k_e|), the output a
+  // weighted average of unit-normal latents: attention_tolerance's bound.
+  double magnitude = 0.0;
+  for (std::size_t i = 0; i < c.heads; ++i)
+    for (std::size_t j = 0; j < c.length; ++j) {
+      double sum = 0.0;
+      for (std::size_t e = 0; e < c.d_c; ++e) sum += std::abs(in.q(i, e) * in.latents(j, e));
+      for (std::size_t e = 0; e < c.d_r; ++e) sum += std::abs(in.q(i, c.d_c + e) * in.rope_keys(j, e));
+      magnitude = std::max(magnitude, scale * sum);
+    }
+  const double max_v = xt::amax(xt::abs(xt::view(in.latents, xt::range(0, c.length), xt::all())))();
+  const double atol = attention_tolerance(c.d_c + c.d_r, c.length, magnitude, max_v);
+  EXPECT_TRUE(matches(got.out_latent, oracle.out, {atol, 0.0},
+                      {std::string("mla_absorbed_decode_attention, ") + c.label + ": out_latent",
+                       {"i", "c"},
+                       seed,
+                       "",
+                       "every head reads the same latent rows c_j and RoPE keys k^R_j, positions 0 .. length - 1 "
+                       "only"}));
+  EXPECT_TRUE(matches(got.lse, oracle.lse, {reduction_rtol(c.d_c + c.d_r) * magnitude, 1e-6},
+                      {std::string("mla_absorbed_decode_attention, ") + c.label + ": lse", {"i"}, seed, "",
+                       "lse_i = m_i + log sum_j exp(s_ij - m_i)"}));
+}
+
+const MlaCase kMlaCases[] = {
+    {"h 4, d_c 16, d_r 8, 9 of 12 rows", 4, 16, 8, 12, 9},
+    {"h 1, d_c 7, d_r 3, 1 of 2 rows", 1, 7, 3, 2, 1},
+    {"h 16, d_c 64, d_r 16, 300 of 301 rows", 16, 64, 16, 301, 300},
+    {"h 128, d_c 512, d_r 64, 97 of 128 rows", 128, 512, 64, 128, 97},
+};
+INSTANTIATE_TEST_SUITE_P(Ch05, MlaCases,
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(),
+                                                                                           &Backend::mla_decode)),
+                                            ::testing::ValuesIn(kMlaCases)),
+                         tvlab::testing::ImplCaseName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MlaCases);  // not an exercise
+
+class MlaErrors : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(MlaErrors, bad_input_names_the_parameter) {
+  const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  const MlaInputs in = make_mla_inputs({"h 4, d_c 16, d_r 8", 4, 16, 8, 6, 4}, 11);
+  auto step = [&](const Tensor2& q, const Tensor2& latents, const Tensor2& rope_keys, std::size_t length,
+                  double scale = 0.25) {
+    return [&backend, q, latents, rope_keys, length, scale] { backend.mla_decode(q, latents, rope_keys, length, scale); };
+  };
+  EXPECT_TRUE(throws_error_naming(step(in.q, in.latents, in.rope_keys, 0), {"length (0)"})) << "length 0";
+  EXPECT_TRUE(throws_error_naming(step(in.q, in.latents, in.rope_keys, 7), {"length (7)", "capacity"}))
+      << "length 7 > capacity 6";
+  EXPECT_TRUE(throws_error_naming(step(in.q, in.latents, in.rope_keys, 4, -1.0), {"scale"})) << "scale -1";
+  const Tensor2 narrow_q = xt::view(in.q, xt::all(), xt::range(0, 23));
+  EXPECT_TRUE(throws_error_naming(step(narrow_q, in.latents, in.rope_keys, 4), {"q_absorbed"}))
+      << "q_absorbed of 23 columns, d_c + d_r = 24";
+  const Tensor2 short_rope = xt::view(in.rope_keys, xt::range(0, 5), xt::all());
+  EXPECT_TRUE(throws_error_naming(step(in.q, in.latents, short_rope, 4), {"rope_keys"})) << "rope_keys of 5 rows";
+  Tensor2 q_nan = in.q;
+  q_nan(1, 2) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming(step(q_nan, in.latents, in.rope_keys, 4), {"q_absorbed"})) << "q_absorbed with NaN";
+  Tensor2 latents_inf = in.latents;
+  latents_inf(3, 0) = std::numeric_limits<float>::infinity();  // a cached position: an error
+  EXPECT_TRUE(throws_error_naming(step(in.q, latents_inf, in.rope_keys, 4), {"latents"})) << "latents with inf at row 3";
+  Tensor2 rope_nan = in.rope_keys;
+  rope_nan(0, 1) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming(step(in.q, in.latents, rope_nan, 4), {"rope_keys"})) << "rope_keys with NaN at row 0";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch05, MlaErrors,
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::mla_decode)),
+                         tvlab::testing::ImplName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MlaErrors);  // not an exercise
 
 }  // namespace
 }  // namespace tvlab::kv

@@ -13,6 +13,7 @@
 #include "tvlab/cuda/kv_decode.hpp"
 #include "tvlab/cuda/kv_decode_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
+#include "tvlab/ref/paged_attention.hpp"
 
 namespace tvlab::cuda {
 namespace {
@@ -124,27 +125,10 @@ GqaDecodeOutput gqa_decode(const Tensor2& q, const Tensor3& k_cache, const Tenso
   return launch(a, q);
 }
 
-// The checks of q and the scale of `ref::paged_decode_attention`, in its words, and the scale's
-// float range (the kernel computes in float); returns the scale to use.
-double validate_paged_query(const char* fn, const Tensor2& q, const PagedKvCache& cache,
-                            const std::optional<double>& scale) {
-  const std::size_t num_heads = q.shape()[0], g = cache.num_kv_heads();
-  require(num_heads > 0, fn, "q has no head (shape ", shape_string_of(q), ")");
-  require_dim(fn, "q", q, 1, "head_dim", cache.head_dim(), "the cache's head_dim");
-  require(num_heads % g == 0, fn, "q has num_heads ", num_heads, ", which must be a multiple of the cache's ",
-          "num_kv_heads (", g, "): each group of num_heads / num_kv_heads query heads shares one key/value head");
-  require_finite(fn, "q", q);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(cache.head_dim())));
-  require(std::isfinite(s) && s > 0, fn, "scale (", s, ") must be positive and finite");
-  require(s <= std::numeric_limits<float>::max(), fn, "scale (", s, ") must be representable in float");
-  return s;
-}
-
 Tensor2 paged_decode(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                      std::size_t context_len, std::optional<double> scale, std::size_t requested_splits) {
   const char* fn = "paged_decode_attention";
-  const double s = validate_paged_query(fn, q, cache, scale);
-  cache.validate_block_table(fn, "block_table", block_table, context_len);
+  const double s = ref::validate_paged_decode(fn, q, cache, block_table, context_len, scale);
   device::DecodeArgs a;
   a.heads = q.shape()[0];
   a.kv_heads = cache.num_kv_heads();

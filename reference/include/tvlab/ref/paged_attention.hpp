@@ -15,6 +15,7 @@
 
 #include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/gqa_decode.hpp"
 
 namespace tvlab::ref {
 
@@ -36,6 +37,25 @@ namespace tvlab::ref {
 /// @return `[num_heads, head_dim]`
 Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                                std::size_t context_len, std::optional<double> scale = {});
+
+/// @ingroup ch05
+/// The checks of the block-table form, shared by every version for `function`: q `[num_heads,
+/// head_dim]` non-empty and finite with the cache's head_dim and num_heads a multiple of its
+/// num_kv_heads, scale positive and finite, and the table checked against the cache
+/// (`PagedKvCache::validate_block_table`, naming block_table). Returns the scale to use.
+double validate_paged_decode(const char* function, const Tensor2& q, const PagedKvCache& cache,
+                             std::span<const std::size_t> block_table, std::size_t context_len,
+                             std::optional<double> scale);
+
+/// @ingroup ch05
+/// The same step (same arguments, same checks), returning with the output each query head's
+/// log-sum-exp \f$ L_i = \ln \sum_{t < n} e^{s_{it}} \f$, as `gqa_decode_attention` does: what lets
+/// the result over these blocks be merged with one over other positions. The form the optimized
+/// and CUDA kernels are tested against.
+/// @return out `[num_heads, head_dim]` and lse `[num_heads]`
+GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvCache& cache,
+                                               std::span<const std::size_t> block_table, std::size_t context_len,
+                                               std::optional<double> scale = {});
 
 /// @ingroup ch05
 /// The same step for a live sequence `seq` of `cache`: over its whole length, through its own
