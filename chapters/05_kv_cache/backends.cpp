@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/cuda/kv_decode.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
 #include "tvlab/opt/paged_decode.hpp"
@@ -23,15 +24,12 @@ const std::vector<Backend>& backends() {
        .decode = opt::gqa_decode_attention,
        .paged_decode = opt::paged_decode_attention,
        .mla_decode = opt::mla_absorbed_decode_attention},
-      // The CUDA kernels go here, from tvlab/cuda/gqa_decode.hpp, tvlab/cuda/paged_decode.hpp and
-      // tvlab/cuda/mla_decode.hpp (the reference's arguments and results; device tensors stay
-      // inside them):
-      //   {.name = "cuda",
-      //    .kind = BackendKind::cuda,
-      //    .caps = {.needs_device = true},
-      //    .decode = cuda::gqa_decode_attention,
-      //    .paged_decode = cuda::paged_decode_attention,
-      //    .mla_decode = cuda::mla_absorbed_decode_attention},
+      {.name = "cuda",
+       .kind = BackendKind::cuda,
+       .caps = {.needs_device = true},
+       .decode = cuda::gqa_decode_attention,
+       .paged_decode = cuda::paged_decode_attention,
+       .mla_decode = cuda::mla_absorbed_decode_attention},
   };
   return all;
 }

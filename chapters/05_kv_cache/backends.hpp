@@ -58,7 +58,7 @@ struct Backend {
   MlaDecodeFn mla_decode;       ///< MLA's absorbed decode step (empty: not provided)
 };
 
-/// ref, opt (and the CUDA kernels, once they exist).
+/// ref, opt and cuda (which needs a device: its cases skip without one).
 const std::vector<Backend>& backends();
 
 /// gtest prints a parameter through PrintTo: the backend's name, not its bytes.

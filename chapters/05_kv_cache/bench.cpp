@@ -5,8 +5,11 @@
 // to a threaded copy of the GQA cache's size measured in the same run (stream_scale, read + write
 // counted). Every version is validated against the double reference before it is timed.
 //
-// The chapter's registry (backends.*) is still the template's: these benchmarks are registered
-// directly with add_benchmark, until the registry takes the decode step over.
+// Then the same step over the cache stored in bf16, INT8, FP8 and INT4 and laid out per token; over
+// a paged cache; MLA's absorbed decode against the naive one; generating T tokens with and without
+// a cache; and the CUDA kernels where a device is present (noted as not timed otherwise). The
+// versions are timed by name (v1, v2, ...) rather than through the registry, so that the lesson can
+// compare the steps of one backend.
 //
 //   build/default/chapters/bench_05_kv_cache --benchmark_counters_tabular=true
 
@@ -15,15 +18,21 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "../common/bench_cuda.hpp"
 #include "../common/bench_support.hpp"
 #include "tvlab/analysis/kv_memory.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/kv_bf16.hpp"
 #include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/cuda/kv_decode.hpp"
+#include "tvlab/cuda/kv_decode_device.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
@@ -550,6 +559,174 @@ void register_paged_and_mla_benchmarks() {
                     [=](benchmark::internal::Benchmark* b) { b->Arg(tokens)->ArgNames({"tokens"}); });
 }
 
+// ------------------------------------------------------------ the CUDA decode kernels
+
+
+// One decode step on the device: the inputs of `inputs_for(kv_heads, length)` uploaded, the work
+// sized by `cuda::device::plan_decode` as the host-tensor entry points size it, and the workspace.
+struct DeviceDecode {
+  cuda::DeviceBuffer<float> q, k, v, out, lse, partial_m, partial_l, partial_o;
+  cuda::DeviceBuffer<unsigned long long> table;
+  cuda::device::DecodeArgs args;
+
+  // Binds the buffers once the shapes in `args` are planned.
+  void allocate_outputs() {
+    const std::size_t h = args.heads, dv = args.head_dim_v, s = args.splits;
+    out = cuda::DeviceBuffer<float>(h * dv);
+    lse = cuda::DeviceBuffer<float>(h);
+    partial_m = cuda::DeviceBuffer<float>(s * h);
+    partial_l = cuda::DeviceBuffer<float>(s * h);
+    partial_o = cuda::DeviceBuffer<float>(s * h * dv);
+    args.q = q.get();
+    args.k = k.get();
+    args.v = args.values_in_keys ? k.get() : v.get();
+    args.out = out.get();
+    args.lse = lse.get();
+    args.partial_m = partial_m.get();
+    args.partial_l = partial_l.get();
+    args.partial_o = partial_o.get();
+  }
+};
+
+// The cache bytes one token reads, as `decode` counts them, and the same counters.
+void set_decode_counters(benchmark::State& state, double cache_bytes) {
+  set_bytes(state, cache_bytes);
+  state.counters["cache_MiB"] = cache_bytes / (1 << 20);
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The tolerance `decode` validates with (values in [-1, 1)).
+Tolerance decode_tolerance(std::size_t d, std::size_t n, double magnitude) {
+  return {attention_tolerance(d, n, magnitude, 1.0), 2 * reduction_rtol(std::max(d, n))};
+}
+
+// GQA / MQA / MHA over a contiguous cache [g, length, d]: what `decode` times on the CPU.
+void cuda_gqa_decode(benchmark::State& state) {
+  const auto kv_heads = static_cast<std::size_t>(state.range(0)), length = static_cast<std::size_t>(state.range(1));
+  const DecodeInputs& in = inputs_for(kv_heads, length);
+  const std::size_t n = std::min(length, kValidatedLength);
+  if (!validate(state, cuda::gqa_decode_attention(in.q, in.k, in.v, n).out, ref::gqa_decode_attention(in.q, in.k, in.v, n).out,
+                decode_tolerance(kHeadDim, n, std::sqrt(static_cast<double>(kHeadDim)))))
+    return;
+  DeviceDecode dev{.q = {in.q.data(), in.q.size()}, .k = {in.k.data(), in.k.size()}, .v = {in.v.data(), in.v.size()}};
+  auto& a = dev.args;
+  a.heads = kHeads;
+  a.kv_heads = kv_heads;
+  a.length = a.capacity = length;
+  a.head_dim = a.head_dim_v = a.k_stride = a.v_stride = kHeadDim;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+  cuda::device::plan_decode("cuda_gqa_decode", a);
+  dev.allocate_outputs();
+  time_on_device(state, [&] { cuda::device::decode_attention(dev.args); });
+  set_decode_counters(state, static_cast<double>(kv_heads * length * 2 * kHeadDim * sizeof(float)));
+  state.counters["splits"] = static_cast<double>(a.splits);
+}
+
+// The same number of positions in pages of 16, the blocks of the table in a shuffled order: the
+// pool [length / 16, g, 16, d] is the contiguous cache's floats read in that layout (other
+// positions, the same bytes; the time does not depend on the values), and a table that is a
+// permutation reads every block once, from scattered places. Only the kernel's addressing differs
+// from cuda_gqa_decode. Validated through the host-tensor entry point on a small PagedKvCache, as
+// the timed pool is not one.
+void cuda_paged_decode(benchmark::State& state) {
+  constexpr std::size_t kBlock = 16;
+  const auto kv_heads = static_cast<std::size_t>(state.range(0)), length = static_cast<std::size_t>(state.range(1));
+  {
+    PagedKvCache cache({.num_blocks = 2 * 64, .block_size = kBlock, .num_kv_heads = kv_heads, .head_dim = kHeadDim});
+    const SequenceId s = cache.add_sequence();
+    const DecodeInputs& small = inputs_for(kv_heads, 1024);
+    cache.append(s, small.k, small.v);
+    const Tensor2 expected = ref::paged_decode_attention(small.q, cache, cache.block_table(s), 1024);
+    if (!validate(state, cuda::paged_decode_attention(small.q, cache, cache.block_table(s), 1024).out, expected,
+                  decode_tolerance(kHeadDim, 1024, std::sqrt(static_cast<double>(kHeadDim)))))
+      return;
+  }
+  const std::size_t blocks = length / kBlock;
+  const DecodeInputs& in = inputs_for(kv_heads, length);
+  std::vector<unsigned long long> table(blocks);
+  std::iota(table.begin(), table.end(), 0ULL);
+  std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+  DeviceDecode dev{.q = {in.q.data(), in.q.size()}, .k = {in.k.data(), in.k.size()}, .v = {in.v.data(), in.v.size()},
+                   .table = {table.data(), table.size()}};
+  auto& a = dev.args;
+  a.heads = kHeads;
+  a.kv_heads = kv_heads;
+  a.length = length;
+  a.head_dim = a.head_dim_v = a.k_stride = a.v_stride = kHeadDim;
+  a.block_table = dev.table.get();
+  a.block_size = kBlock;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+  cuda::device::plan_decode("cuda_paged_decode", a);
+  dev.allocate_outputs();
+  time_on_device(state, [&] { cuda::device::decode_attention(dev.args); });
+  set_decode_counters(state, static_cast<double>(kv_heads * length * 2 * kHeadDim * sizeof(float)));
+}
+
+// MLA's absorbed step at DeepSeek-V2/V3's widths: 128 heads over one cache of [c^KV; k^R] rows
+// (512 + 64 floats), the values the first 512 of them. The cache read per token is length x 576
+// floats; the arithmetic, 2 x 128 x (576 + 512) flops per position, is reported as FLOP/s.
+void cuda_mla_decode(benchmark::State& state) {
+  constexpr std::size_t kMlaHeads = 128, kLatent = 512, kRope = 64, kWidth = kLatent + kRope;
+  const auto length = static_cast<std::size_t>(state.range(0));
+  Rng rng(17);
+  const Tensor2 q = rng.normal_matrix(kMlaHeads, kWidth), latents = rng.normal_matrix(length, kLatent),
+                rope_keys = rng.normal_matrix(length, kRope);
+  const double scale = 1.0 / std::sqrt(192.0);  // 1 / sqrt(d_h + d_h^R) = 1 / sqrt(128 + 64)
+  const std::size_t n = std::min(length, kValidatedLength);
+  // The score bound M = scale max_i |q_i|_2 max_t |[c_t; k^R_t]|_2 over the validated rows
+  // (Cauchy-Schwarz), as the tests take it.
+  const auto squared_norm = [](const float* x, std::size_t size) {
+    double sum = 0.0;
+    for (std::size_t c = 0; c < size; ++c) sum += static_cast<double>(x[c]) * x[c];
+    return sum;
+  };
+  double q_norm = 0.0, k_norm = 0.0, v_max = 0.0;
+  for (std::size_t i = 0; i < kMlaHeads; ++i) q_norm = std::max(q_norm, std::sqrt(squared_norm(q.data() + i * kWidth, kWidth)));
+  for (std::size_t t = 0; t < n; ++t) {
+    k_norm = std::max(k_norm, std::sqrt(squared_norm(latents.data() + t * kLatent, kLatent) +
+                                        squared_norm(rope_keys.data() + t * kRope, kRope)));
+    for (std::size_t c = 0; c < kLatent; ++c) v_max = std::max(v_max, static_cast<double>(std::fabs(latents(t, c))));
+  }
+  const Tolerance tol{attention_tolerance(kWidth, n, scale * q_norm * k_norm, v_max), 2 * reduction_rtol(std::max(kWidth, n))};
+  if (!validate(state, cuda::mla_absorbed_decode_attention(q, latents, rope_keys, n, scale).out_latent,
+                ref::mla_absorbed_decode_attention(q, latents, rope_keys, n, scale).out_latent, tol))
+    return;
+  std::vector<float> rows(length * kWidth);
+  for (std::size_t t = 0; t < length; ++t) {
+    std::copy_n(latents.data() + t * kLatent, kLatent, rows.begin() + static_cast<std::ptrdiff_t>(t * kWidth));
+    std::copy_n(rope_keys.data() + t * kRope, kRope, rows.begin() + static_cast<std::ptrdiff_t>(t * kWidth + kLatent));
+  }
+  DeviceDecode dev{.q = {q.data(), q.size()}, .k = {rows.data(), rows.size()}};
+  auto& a = dev.args;
+  a.heads = kMlaHeads;
+  a.kv_heads = 1;
+  a.length = a.capacity = length;
+  a.head_dim = a.k_stride = a.v_stride = kWidth;
+  a.head_dim_v = kLatent;
+  a.values_in_keys = true;
+  a.scale = static_cast<float>(scale);
+  cuda::device::plan_decode("cuda_mla_decode", a);
+  dev.allocate_outputs();
+  time_on_device(state, [&] { cuda::device::decode_attention(dev.args); });
+  set_decode_counters(state, static_cast<double>(length * kWidth * sizeof(float)));
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * kMlaHeads * (kWidth + kLatent) * static_cast<double>(length),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- after the anonymous namespace, called at the end of register_benchmarks() ----
+
+void register_cuda_decode_benchmarks() {
+  add_device_benchmark("cuda_gqa_decode", cuda_gqa_decode, [](benchmark::internal::Benchmark* b) {
+    b->ArgNames({"g", "length"})->ArgsProduct({{32, 8, 1}, {1024, 4096, 32768, 131072}});
+  });
+  add_device_benchmark("cuda_paged_decode", cuda_paged_decode, [](benchmark::internal::Benchmark* b) {
+    b->ArgNames({"g", "length"})->ArgsProduct({{8}, {4096, 32768, 131072}});
+  });
+  add_device_benchmark("cuda_mla_decode", cuda_mla_decode, [](benchmark::internal::Benchmark* b) {
+    b->ArgNames({"length"})->ArgsProduct({{1024, 4096, 32768}});
+  });
+}
+
 }  // namespace
 
 void register_benchmarks() {
@@ -571,6 +748,7 @@ void register_benchmarks() {
                       });
   register_quantized_and_layout_benchmarks();
   register_paged_and_mla_benchmarks();
+  register_cuda_decode_benchmarks();
 }
 
 }  // namespace tvlab::bench

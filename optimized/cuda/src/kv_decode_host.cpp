@@ -125,7 +125,7 @@ GqaDecodeOutput gqa_decode(const Tensor2& q, const Tensor3& k_cache, const Tenso
   return launch(a, q);
 }
 
-Tensor2 paged_decode(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+GqaDecodeOutput paged_decode(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                      std::size_t context_len, std::optional<double> scale, std::size_t requested_splits) {
   const char* fn = "paged_decode_attention";
   const double s = ref::validate_paged_decode(fn, q, cache, block_table, context_len, scale);
@@ -146,7 +146,7 @@ Tensor2 paged_decode(const Tensor2& q, const PagedKvCache& cache, std::span<cons
   a.k = k.get();
   a.v = v.get();
   a.block_table = d_table.get();
-  return launch(a, q).out;
+  return launch(a, q);
 }
 
 MlaDecodeAttention mla_decode(const Tensor2& q_absorbed, const Tensor2& latents, const Tensor2& rope_keys,
@@ -194,12 +194,12 @@ GqaDecodeOutput gqa_decode_attention_split_k(const Tensor2& q, const Tensor3& k_
   return gqa_decode(q, k_cache, v_cache, length, scale, splits);
 }
 
-Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                                std::size_t context_len, std::optional<double> scale) {
   return paged_decode(q, cache, block_table, context_len, scale, 0);
 }
 
-Tensor2 paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
+GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
                                        std::span<const std::size_t> block_table, std::size_t context_len,
                                        std::optional<double> scale, std::size_t splits) {
   require_splits("paged_decode_attention", splits);

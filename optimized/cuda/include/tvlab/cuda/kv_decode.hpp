@@ -50,18 +50,19 @@ GqaDecodeOutput gqa_decode_attention_split_k(const Tensor2& q, const Tensor3& k_
 
 /// @ingroup ch05
 /// See `ref::paged_decode_attention` (the block-table form): q `[num_heads, head_dim]`, the first
-/// `context_len` tokens that `block_table` maps in `cache`; returns `[num_heads, head_dim]`. The
+/// `context_len` tokens that `block_table` maps in `cache`; returns out `[num_heads, head_dim]` and lse
+/// `[num_heads]`, as `ref::paged_decode_attention_with_lse`. The
 /// kernel of `gqa_decode_attention`, finding the row of token t in block `block_table[t / b]`,
 /// slot t mod b. The cache's two pools and the table's first \f$ \lceil n / b \rceil \f$ entries are
 /// copied to the device. Same checks as the reference (the table through
 /// `PagedKvCache::validate_block_table`), and the scale must also be representable in float.
-Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                                std::size_t context_len, std::optional<double> scale = {});
 
 /// @ingroup ch05
 /// `paged_decode_attention` with at most `splits` ranges of positions, as
 /// `gqa_decode_attention_split_k`.
-Tensor2 paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
+GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
                                        std::span<const std::size_t> block_table, std::size_t context_len,
                                        std::optional<double> scale, std::size_t splits);
 
