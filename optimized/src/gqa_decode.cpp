@@ -76,6 +76,7 @@ GqaDecodeOutput gqa_decode_attention_v1(const Tensor2& q, const Tensor3& k_cache
       result.lse(i) = m + std::log(l);  // L = m + ln l
     }
   }
+  ref::require_finite_decode_output("gqa_decode_attention", result);
   return result;
 }
 
@@ -101,6 +102,7 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
   const detail::FloatRows keys{k_cache.data(), capacity * d, d, d}, values{v_cache.data(), capacity * d_v, d_v, d_v};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d_v}), Tensor1::from_shape({heads})};
   detail::split_k_decode(q.data(), shape, keys, values, result.out.data(), result.lse.data());
+  ref::require_finite_decode_output("gqa_decode_attention", result);
   return result;
 }
 

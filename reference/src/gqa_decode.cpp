@@ -30,6 +30,14 @@ GqaDecodeDims validate_gqa_decode(const char* function, const Tensor2& q, const 
   return {heads, kv_heads, heads / kv_heads, capacity, length, d, d_v, scale_value};
 }
 
+void require_finite_decode_output(const char* function, const GqaDecodeOutput& result) {
+  const bool finite = std::isfinite(max_abs_or_inf(result.out.data(), result.out.size())) &&
+                      std::isfinite(max_abs_or_inf(result.lse.data(), result.lse.size()));
+  require(finite, function,
+          "k_cache or v_cache holds an infinite or NaN value among the cached positions: the output is not finite "
+          "(the step does not scan the cache beforehand; it checks its result)");
+}
+
 GqaDecodeOutput gqa_decode_attention(const Tensor2& q, const Tensor3& k_cache, const Tensor3& v_cache,
                                      std::size_t length, std::optional<double> scale) {
   const GqaDecodeDims dims = validate_gqa_decode("gqa_decode_attention", q, k_cache, v_cache, length, scale);
@@ -57,6 +65,7 @@ GqaDecodeOutput gqa_decode_attention(const Tensor2& q, const Tensor3& k_cache, c
     for (std::size_t e = 0; e < d_v; ++e) result.out(i, e) = static_cast<float>(o[e] / l);
     result.lse(i) = static_cast<float>(m + std::log(l));
   }
+  require_finite_decode_output("gqa_decode_attention", result);
   return result;
 }
 

@@ -70,6 +70,7 @@ GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvC
     }
     result.lse(i) = static_cast<float>(m + std::log(l));  // L_i = m + ln l
   }
+  require_finite_decode_output(fn, result);
   return result;
 }
 

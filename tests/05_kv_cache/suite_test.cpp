@@ -141,6 +141,19 @@ TEST_P(DecodeErrors, bad_input_names_the_parameter) {
   Tensor2 q_nan = in.q;
   q_nan(1, 2) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming(decode(q_nan, in.k, in.v, 4), {"q"})) << "q with NaN";
+  // The cache is not scanned (a second pass over it would double the bytes a step reads); a
+  // non-finite cached value among the first `length` positions shows in the result, which is checked.
+  Tensor3 k_inf = in.k, v_nan = in.v;
+  k_inf(1, 2, 3) = std::numeric_limits<float>::infinity();
+  v_nan(0, 3, 0) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming(decode(in.q, k_inf, in.v, 4), {"k_cache or v_cache", "not finite"}))
+      << "k_cache with inf at position 2";
+  EXPECT_TRUE(throws_error_naming(decode(in.q, in.k, v_nan, 4), {"k_cache or v_cache", "not finite"}))
+      << "v_cache with NaN at position 3";
+  // Past `length` the slots are free: whatever they hold is never read.
+  Tensor3 k_free_inf = in.k;
+  k_free_inf(1, 5, 0) = std::numeric_limits<float>::infinity();
+  EXPECT_NO_THROW(backend.decode(in.q, k_free_inf, in.v, 4, std::nullopt)) << "inf in a free slot (position 5 of 4)";
 }
 
 TEST_P(DecodeErrors, a_full_cache_and_one_position_are_valid) {

@@ -122,7 +122,9 @@ GqaDecodeOutput gqa_decode(const Tensor2& q, const Tensor3& k_cache, const Tenso
   const DeviceBuffer<float> k(k_cache.data(), k_cache.size()), v(v_cache.data(), v_cache.size());
   a.k = k.get();
   a.v = v.get();
-  return launch(a, q);
+  GqaDecodeOutput result = launch(a, q);
+  ref::require_finite_decode_output(fn, result);
+  return result;
 }
 
 GqaDecodeOutput paged_decode(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
@@ -146,7 +148,9 @@ GqaDecodeOutput paged_decode(const Tensor2& q, const PagedKvCache& cache, std::s
   a.k = k.get();
   a.v = v.get();
   a.block_table = d_table.get();
-  return launch(a, q);
+  GqaDecodeOutput result = launch(a, q);
+  ref::require_finite_decode_output(fn, result);
+  return result;
 }
 
 MlaDecodeAttention mla_decode(const Tensor2& q_absorbed, const Tensor2& latents, const Tensor2& rope_keys,

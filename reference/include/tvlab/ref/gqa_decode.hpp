@@ -37,10 +37,19 @@ struct GqaDecodeDims {
 /// non-empty, k_cache `[g, capacity, d]`, v_cache `[g, capacity, d_v]` with the same g and
 /// capacity, h a multiple of g, 1 <= length <= capacity, a positive scale representable in float.
 /// Throws `tvlab::Error` naming the parameter. The cached values are not scanned: that would read
-/// the whole cache a second time, doubling the bytes a memory-bound step moves; the positions past
+/// the whole cache a second time, doubling the bytes a memory-bound step moves (a non-finite cached
+/// value is caught in the result instead, `require_finite_decode_output`); the positions past
 /// `length` are never read (they may hold anything, NaN included).
 GqaDecodeDims validate_gqa_decode(const char* function, const Tensor2& q, const Tensor3& k_cache,
                                   const Tensor3& v_cache, std::size_t length, std::optional<double> scale);
+
+/// @ingroup ch05
+/// The check every decode step makes of its own result, since it does not scan the cache: an
+/// infinite or NaN key or value among the first `length` positions makes the output or the
+/// log-sum-exp non-finite, and the step then throws `tvlab::Error` naming k_cache and v_cache
+/// instead of returning NaN. Reading the \f$ h\,d_v + h \f$ results costs nothing next to the
+/// \f$ g \cdot \text{length} \cdot (d + d_v) \f$ cached floats a second scan of the cache would read.
+void require_finite_decode_output(const char* function, const GqaDecodeOutput& result);
 
 /// @ingroup ch05
 /// Attention of one generated token over the first `length` positions of a contiguous cache.
