@@ -25,7 +25,9 @@ static_assert(kBlockDot % detail::kTileCols == 0 && kBlockMicroKernel % detail::
 // few lines in flight. Fetching the whole page 3 ahead (into L2: the prefetch must not evict the
 // page being read) brought the paged step at 32K positions from 2.3x to 1.4-1.8x the time of the
 // contiguous one (2 threads of an AMD EPYC with AVX-512, runs varying by 20%); 1 ahead gained
-// little, and 4 to 6 no more than 3. Longer pages are the real cure: 256 positions per page
+// little, and 4 to 8 no more than 3 (measured again on split_k_decode's requests, which prefetch
+// across the kernel's blocks too: 18.8-20.4 ms with, 19.6-25.6 ms without, contiguous 11.2 ms).
+// Longer pages are the real cure: 256 positions per page
 // (128 KiB runs) read as fast as the contiguous cache.
 constexpr std::size_t kPrefetchPagesAhead = 3;
 constexpr int kPrefetchLocality = 2;  // __builtin_prefetch's: 3 = L1, 2 = L2
