@@ -36,11 +36,16 @@ std::string label_of(const PagedCase& c) {
 // A cache holding one sequence of `length` random tokens whose blocks are not in order: a shorter
 // sequence is written first, then freed, so that ours reuses its blocks after fresh ones. The
 // unwritten slots of the last block hold NaN (the pool's fill): a kernel that reads past the
-// length returns NaN.
+// length returns NaN. `table` is the sequence's block table with its full blocks shuffled (the
+// last, partly written one stays last): attention sums over positions, so the step attends to the
+// same (key, value) pairs in another order, and the reference given the same table is the expected
+// result. Consecutive positions then lie in blocks far apart in the pool, so a kernel that reads
+// past the end of a block instead of looking up the next one reads another block's rows.
 struct Paged {
   PagedKvCache cache;
   SequenceId seq;
   Tensor2 q;
+  std::vector<std::size_t> table;
 };
 Paged make_paged(const PagedCase& c, unsigned long long seed) {
   Rng rng(seed);
@@ -57,6 +62,10 @@ Paged make_paged(const PagedCase& c, unsigned long long seed) {
   Tensor3 k = rng.normal_tensor(c.kv_heads, c.length, c.d);
   k(0, c.length - 1, 0) = 5.0f;  // an outlier key, so that the softmax is not flat
   p.cache.append(p.seq, k, rng.normal_tensor(c.kv_heads, c.length, c.d));
+  p.table = p.cache.block_table(p.seq);
+  const std::size_t full_blocks = c.length / c.block_size;
+  for (std::size_t i = full_blocks; i > 1; --i)  // Fisher-Yates over the full blocks
+    std::swap(p.table[i - 1], p.table[rng.next_u64() % i]);
   return p;
 }
 
@@ -68,7 +77,7 @@ TEST_P(PagedDecode, every_number_of_splits_matches_the_reference) {
   const PagedCase c = GetParam();
   const unsigned long long seed = 31 * c.heads + 7 * c.kv_heads + c.length;
   const Paged p = make_paged(c, seed);
-  const std::vector<std::size_t>& table = p.cache.block_table(p.seq);
+  const std::vector<std::size_t>& table = p.table;
   const GqaDecodeOutput expected = ref::paged_decode_attention_with_lse(p.q, p.cache, table, c.length);
   const DTensor2 expected_out = xt::cast<double>(expected.out);
   const DTensor1 expected_lse = xt::cast<double>(expected.lse);
@@ -77,7 +86,8 @@ TEST_P(PagedDecode, every_number_of_splits_matches_the_reference) {
   // differ from the exact result by a few roundings of such sums.
   const Tolerance tol{1e-5, reduction_rtol(std::max(c.d, c.length))};
   // 0: this machine's choice. The others cut the positions at multiples of length / splits, which
-  // for these lengths fall inside blocks of the cache.
+  // for these lengths fall inside blocks of the cache: a split that begins inside a block must
+  // still read each block's rows from that block only.
   for (const std::size_t splits : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7},
                                    std::min<std::size_t>(64, c.length), c.length}) {
     if (splits > c.length) continue;

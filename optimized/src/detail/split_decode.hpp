@@ -56,9 +56,11 @@ struct SplitDecodeShape {
   float scale;
   std::size_t splits;  ///< ranges of positions, in [1, length]
   std::size_t block;   ///< positions per online softmax step; a multiple of kTileCols on the micro-kernel path
-  /// Positions per request to the cache (a divisor of `block`): `block` for a float cache, whose
-  /// rows are read in place; fewer for a cache that converts each request into a buffer, so that
-  /// the buffer stays in L1 while the cache is still read in runs of `block` positions.
+  /// Requests to the cache never cross a multiple of `piece` positions: `block` for a contiguous
+  /// float cache, whose rows are read in place; fewer for a cache that converts each request into a
+  /// buffer (so that the buffer stays in L1 while the cache is still read in runs of `block`
+  /// positions, and a request covers whole quantization groups); the page size for a paged cache
+  /// (so that a request lies in one page).
   std::size_t piece;
 };
 
@@ -103,9 +105,19 @@ inline void scores_by_dot_products(const float* q, std::size_t rows, const float
     }
 }
 
+/// Positions in the request that starts at position `first` with `left` positions of the block to
+/// go: up to the next multiple of `piece`, \f$ \min(\text{piece} - \text{first} \bmod \text{piece}, \text{left}) \f$.
+/// A split, and so a block, may begin anywhere; cutting at absolute multiples rather than every
+/// `piece` positions from the block's start keeps each request inside one page of a paged cache
+/// and inside whole quantization groups of a quantized one, at the cost of at most one more
+/// request per block.
+inline std::size_t request_length(std::size_t first, std::size_t left, std::size_t piece) {
+  return std::min(piece - first % piece, left);
+}
+
 /// One decode step, split-K (Dao et al., 2023): threads take the work items (kv head, split of the
 /// positions); each reads its keys and values once, `shape.block` positions at a time (requested
-/// from the cache `shape.piece` positions at a time), for all h/g
+/// from the cache in requests that never cross a multiple of `shape.piece`), for all h/g
 /// query heads of the group, and keeps per query head the online softmax's partial state
 /// \f$ (m, \ell, \tilde O) \f$ over its split. The partials are then merged per query head:
 /// \f$ m = \max_s m_s \f$, \f$ \ell = \sum_s e^{m_s - m} \ell_s \f$, \f$ o = \sum_s e^{m_s - m} \tilde O_s / \ell \f$,
@@ -130,11 +142,12 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
 #pragma omp parallel
   {
     // Per thread: the scores of the group [h/g, block], the block's keys transposed [d, block] (for
-    // the micro-kernel), and the buffers a cache may fill with a piece of keys [piece, d] and of
+    // the micro-kernel), and the buffers a cache may fill with one request's keys [piece, d] and
     // values [piece, dv_pad] (their padding stays 0).
     std::vector<float> s(group * block), kt(micro_kernel ? d * block : 0, 0.0f);
-    std::vector<float> k_buffer(keys.needs_buffer(d) ? piece * d : 0, 0.0f);
-    std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? piece * dv_pad : 0, 0.0f);
+    const std::size_t most = std::min(piece, block);  // positions in the longest request
+    std::vector<float> k_buffer(keys.needs_buffer(d) ? most * d : 0, 0.0f);
+    std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? most * dv_pad : 0, 0.0f);
 #pragma omp for schedule(dynamic)
     for (std::ptrdiff_t item = 0; item < items; ++item) {
       const std::size_t kv = static_cast<std::size_t>(item) / splits, split = static_cast<std::size_t>(item) % splits;
@@ -145,14 +158,15 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
       float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
       for (std::size_t c0 = begin; c0 < end; c0 += block) {
         const std::size_t cols = std::min(block, end - c0);
-        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested `piece`
-        // positions at a time (in order: one run of `cols` positions through the cache).
-        for (std::size_t p0 = 0; p0 < cols; p0 += piece) {
-          const std::size_t count = std::min(piece, cols - p0);
+        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested in order,
+        // each request ending at the next multiple of `piece` (request_length).
+        for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
+          count = request_length(c0 + p0, cols - p0, piece);
           const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
           if (micro_kernel) {
-            // The block's keys transposed to kt [d, block], for chapter 04's micro-kernel below
-            // (the columns past `cols` keep earlier finite keys: their scores become -inf below).
+            // The block's keys transposed to kt [d, block], for chapter 04's micro-kernel below, each
+            // request at its offset p0 in the block (the columns past `cols` keep earlier finite
+            // keys: their scores become -inf below).
             for (std::size_t c = 0; c < count; ++c) {
               const float* kc = kb.rows + c * kb.stride;
               for (std::size_t e = 0; e < d; ++e) kt[e * block + p0 + c] = kc[e];
@@ -171,9 +185,9 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
           online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
         }
         // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
-        // the values requested `piece` positions at a time.
-        for (std::size_t p0 = 0; p0 < cols; p0 += piece) {
-          const std::size_t count = std::min(piece, cols - p0);
+        // the values requested as the keys were.
+        for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
+          count = request_length(c0 + p0, cols - p0, piece);
           const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
           accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad);
         }
