@@ -85,6 +85,7 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   const PagedRows values{cache.value_blocks().data(), block_table, kv_heads, b, d, n};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d}), Tensor1::from_shape({heads})};
   detail::split_k_decode(q.data(), shape, keys, values, result.out.data(), result.lse.data());
+  ref::require_finite_decode_output(kFunction, result);
   return result;
 }
 
