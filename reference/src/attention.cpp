@@ -5,22 +5,28 @@
 #include <vector>
 
 #include "tvlab/core/error.hpp"
+#include "gqa_detail.hpp"
 
 namespace tvlab::ref {
 
-Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                     const AttentionConfig& cfg) {
-  const double scale = validate_attention("scaled_dot_product_attention", q, k, v, cfg);
-  const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
-  const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  const AttentionMask& mask = cfg.mask;
+// The loops of attention, written once. Query head t reads key/value head t / (h/g): here, in
+// multi-head attention, g = h and head t reads head t; chapter 05's grouped-query attention shares
+// each key/value head among h/g query heads, and only that index changes.
+namespace detail {
 
-  Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
+Tensor3 grouped_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, std::size_t seq_k, double scale,
+                          const AttentionMask& mask) {
+  const std::size_t h = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
+  const std::size_t g = k.shape()[0], head_dim_v = v.shape()[2];
+  const std::size_t group_size = h / g;  // h/g query heads read each kv head
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+
+  Tensor3 out = Tensor3::from_shape({h, seq_q, head_dim_v});
   std::vector<double> s(seq_k);  // one row of scores, then of probabilities
-  for (std::size_t h = 0; h < heads; ++h) {
+  for (std::size_t t = 0; t < h; ++t) {
+    const std::size_t kv = t / group_size;  // kappa(t): the only difference from multi-head attention
     for (std::size_t i = 0; i < seq_q; ++i) {
-      // S_ij = scale * sum_d Q_id K_jd + b_ij - m_h |i' - j| where the mask allows j, else -inf.
+      // S_ij = scale * sum_d Q_tid K_kv,jd + B_tij where the mask allows j, else -inf.
       double m = neg_inf;
       for (std::size_t j = 0; j < seq_k; ++j) {
         if (!mask.allows(i, j, seq_q, seq_k)) {
@@ -28,29 +34,39 @@ Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const T
           continue;
         }
         double dot = 0.0;
-        for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q(h, i, d)) * k(h, j, d);
-        s[j] = scale * dot + mask.score_bias(h, i, j, seq_q, seq_k);
+        for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q(t, i, d)) * k(kv, j, d);
+        s[j] = scale * dot + mask.score_bias(t, i, j, seq_q, seq_k);
         m = std::max(m, s[j]);
       }
-      // P_ij = exp(S_ij - m_i) / sum_j exp(S_ij - m_i); a fully masked row has output 0.
+      // A fully masked row has output 0 (FlashAttention's convention, as chapter 00).
       if (m == neg_inf) {
-        for (std::size_t d = 0; d < head_dim_v; ++d) out(h, i, d) = 0.0f;
+        for (std::size_t d = 0; d < head_dim_v; ++d) out(t, i, d) = 0.0f;
         continue;
       }
+      // P_ij = exp(S_ij - m_i) / l_i with l_i = sum_j exp(S_ij - m_i).
       double l = 0.0;
       for (std::size_t j = 0; j < seq_k; ++j) {
         s[j] = std::exp(s[j] - m);
         l += s[j];
       }
-      // O_id = sum_j P_ij V_jd.
+      // O_tid = sum_j P_ij V_kv,jd.
       for (std::size_t d = 0; d < head_dim_v; ++d) {
         double acc = 0.0;
-        for (std::size_t j = 0; j < seq_k; ++j) acc += s[j] * v(h, j, d);
-        out(h, i, d) = static_cast<float>(acc / l);
+        for (std::size_t j = 0; j < seq_k; ++j) acc += s[j] * v(kv, j, d);
+        out(t, i, d) = static_cast<float>(acc / l);
       }
     }
   }
   return out;
+}
+
+}  // namespace detail
+
+Tensor3 scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                     const AttentionConfig& cfg) {
+  const double scale = validate_attention("scaled_dot_product_attention", q, k, v, cfg);
+  // Each query head reads its own key/value head: grouped attention with g = h (below).
+  return detail::grouped_attention(q, k, v, k.shape()[1], scale, cfg.mask);
 }
 
 Tensor2 multi_head_attention(const Tensor2& x_q, const Tensor2& x_kv, const MhaWeights& w, int num_heads,

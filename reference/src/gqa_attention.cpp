@@ -85,52 +85,6 @@ double validate_grouped_attention(const char* fn, const Tensor3& q, const Tensor
   return scale;
 }
 
-Tensor3 grouped_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, std::size_t seq_k, double scale,
-                          const AttentionMask& mask) {
-  const std::size_t h = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
-  const std::size_t g = k.shape()[0], head_dim_v = v.shape()[2];
-  const std::size_t group_size = h / g;  // h/g query heads read each kv head
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-
-  Tensor3 out = Tensor3::from_shape({h, seq_q, head_dim_v});
-  std::vector<double> s(seq_k);  // one row of scores, then of probabilities
-  for (std::size_t t = 0; t < h; ++t) {
-    const std::size_t kv = t / group_size;  // kappa(t): the only difference from multi-head attention
-    for (std::size_t i = 0; i < seq_q; ++i) {
-      // S_ij = scale * sum_d Q_tid K_kv,jd + B_tij where the mask allows j, else -inf.
-      double m = neg_inf;
-      for (std::size_t j = 0; j < seq_k; ++j) {
-        if (!mask.allows(i, j, seq_q, seq_k)) {
-          s[j] = neg_inf;
-          continue;
-        }
-        double dot = 0.0;
-        for (std::size_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q(t, i, d)) * k(kv, j, d);
-        s[j] = scale * dot + mask.score_bias(t, i, j, seq_q, seq_k);
-        m = std::max(m, s[j]);
-      }
-      // A fully masked row has output 0 (FlashAttention's convention, as chapter 00).
-      if (m == neg_inf) {
-        for (std::size_t d = 0; d < head_dim_v; ++d) out(t, i, d) = 0.0f;
-        continue;
-      }
-      // P_ij = exp(S_ij - m_i) / l_i with l_i = sum_j exp(S_ij - m_i).
-      double l = 0.0;
-      for (std::size_t j = 0; j < seq_k; ++j) {
-        s[j] = std::exp(s[j] - m);
-        l += s[j];
-      }
-      // O_tid = sum_j P_ij V_kv,jd.
-      for (std::size_t d = 0; d < head_dim_v; ++d) {
-        double acc = 0.0;
-        for (std::size_t j = 0; j < seq_k; ++j) acc += s[j] * v(kv, j, d);
-        out(t, i, d) = static_cast<float>(acc / l);
-      }
-    }
-  }
-  return out;
-}
-
 }  // namespace detail
 
 Tensor3 grouped_scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,

@@ -28,8 +28,8 @@ double validate_grouped_attention(const char* function, const Tensor3& q, const 
                                   std::size_t seq_k, const std::optional<double>& scale, const AttentionMask& mask);
 
 /// Query head t of q attends to the first seq_k rows of kv head t / (h/g) of k and v, under `mask`
-/// (for seq_q queries and seq_k keys): the loops of chapter 00's scaled_dot_product_attention with
-/// that one change of index. Returns [h, seq_q, head_dim_v].
+/// (for seq_q queries and seq_k keys). Written in attention.cpp: chapter 00's
+/// scaled_dot_product_attention is the case g = h. Returns [h, seq_q, head_dim_v].
 Tensor3 grouped_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, std::size_t seq_k, double scale,
                           const AttentionMask& mask);
 
