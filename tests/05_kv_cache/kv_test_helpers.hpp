@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tvlab/core/kv_heads.hpp"
+#include "tvlab/core/mla_config.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/core/rope_config.hpp"
 #include "tvlab/core/tensor.hpp"
@@ -59,6 +60,32 @@ inline DVector rotate(const DVector& x, double m, double theta, RopeLayout layou
     y[b] = x[a] * std::sin(angle) + x[b] * std::cos(angle);
   }
   return y;
+}
+
+// MLA weights of N(0, 1/fan_in) (the projections keep the scale of their input) and RMSNorm gains
+// around 1; W^DQ and its norm only when the config compresses the query.
+inline MlaWeights random_mla_weights(const MlaConfig& cfg, Rng& rng) {
+  const std::size_t d = cfg.hidden_size, h = cfg.num_heads, d_c = cfg.kv_lora_rank;
+  const std::size_t d_h = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
+  auto matrix = [&](std::size_t rows, std::size_t cols) {
+    return rng.normal_matrix(rows, cols, 0.0, 1.0 / std::sqrt(static_cast<double>(rows)));
+  };
+  MlaWeights w;
+  std::size_t q_in = d;
+  if (cfg.q_lora_rank) {
+    q_in = static_cast<std::size_t>(*cfg.q_lora_rank);
+    w.w_dq = matrix(d, q_in);
+    w.q_norm = rng.normal_vector(q_in, 1.0, 0.2);
+  }
+  w.w_uq = matrix(q_in, h * d_h);
+  w.w_qr = matrix(q_in, h * d_r);
+  w.w_dkv = matrix(d, d_c);
+  w.kv_norm = rng.normal_vector(d_c, 1.0, 0.2);
+  w.w_kr = matrix(d, d_r);
+  w.w_uk = matrix(d_c, h * d_h);
+  w.w_uv = matrix(d_c, h * d_v);
+  w.w_o = matrix(h * d_v, d);
+  return w;
 }
 
 }  // namespace tvlab::ch05_testing

@@ -20,6 +20,7 @@
 #include "tvlab/ref/attention.hpp"
 #include "tvlab/ref/mla.hpp"
 #include "tvlab/ref/mla_decode.hpp"
+#include "kv_test_helpers.hpp"
 
 namespace tvlab {
 namespace {
@@ -320,7 +321,7 @@ TEST(Ch05MlaDecode, splits_merged_equal_the_unsplit_result) {
 // ---- the core in its place: MLA's absorbed decode step, factored ----
 
 // A small MLA layer with query compression (d = 32, n_h = 4, d_c' = 12, d_c = 16 = 4 d_h, d_h = 4,
-// d_h^R = 4, d_v = 6 unlike d_h) and its weights of N(0, 1/fan_in), gains around 1.
+// d_h^R = 4, d_v = 6 unlike d_h); its weights come from ch05_testing::random_mla_weights.
 MlaConfig small_mla() {
   MlaConfig cfg;
   cfg.hidden_size = 32;
@@ -332,26 +333,6 @@ MlaConfig small_mla() {
   cfg.v_head_dim = 6;
   cfg.rope_theta = 100.0;
   return cfg;
-}
-
-MlaWeights small_mla_weights(const MlaConfig& cfg, Rng& rng) {
-  const std::size_t d = cfg.hidden_size, h = cfg.num_heads, q_in = *cfg.q_lora_rank, d_c = cfg.kv_lora_rank;
-  const std::size_t d_h = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
-  auto matrix = [&](std::size_t rows, std::size_t cols) {
-    return rng.normal_matrix(rows, cols, 0.0, 1.0 / std::sqrt(static_cast<double>(rows)));
-  };
-  MlaWeights w;
-  w.w_dq = matrix(d, q_in);
-  w.q_norm = rng.normal_vector(q_in, 1.0, 0.2);
-  w.w_uq = matrix(q_in, h * d_h);
-  w.w_qr = matrix(q_in, h * d_r);
-  w.w_dkv = matrix(d, d_c);
-  w.kv_norm = rng.normal_vector(d_c, 1.0, 0.2);
-  w.w_kr = matrix(d, d_r);
-  w.w_uk = matrix(d_c, h * d_h);
-  w.w_uv = matrix(d_c, h * d_v);
-  w.w_o = matrix(h * d_v, d);
-  return w;
 }
 
 // Prefill 5 tokens into an absorbed cache, then decode tokens 5 .. 9 one at a time. At every step,
@@ -369,7 +350,7 @@ TEST(Ch05MlaDecode, the_core_up_projected_is_mla_absorbed_decode_step) {
   const MlaConfig cfg = small_mla();
   const unsigned long long seed = 5501;
   Rng rng(seed);
-  const MlaWeights w = small_mla_weights(cfg, rng);
+  const MlaWeights w = ch05_testing::random_mla_weights(cfg, rng);
   const std::size_t h = cfg.num_heads, d = cfg.hidden_size, d_c = cfg.kv_lora_rank;
   const std::size_t d_h = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
   const Tensor2 x = rng.normal_matrix(10, d);

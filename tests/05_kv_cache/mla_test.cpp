@@ -23,6 +23,7 @@ namespace tvlab::ref {
 namespace {
 
 using tvlab::ch05_testing::DVector;
+using tvlab::ch05_testing::random_mla_weights;
 using tvlab::ch05_testing::rotate;
 using tvlab::ch05_testing::rows;
 using tvlab::testing::matches;
@@ -43,31 +44,6 @@ MlaConfig small_config(bool compress_queries, RopeLayout layout = RopeLayout::in
   // A small base, so that the few positions of a test turn the pairs by large angles.
   cfg.rope_theta = 100.0;
   return cfg;
-}
-
-// Weights of N(0, 1/fan_in) (the projections keep the scale of their input) and gains around 1.
-MlaWeights random_weights(const MlaConfig& cfg, Rng& rng) {
-  const std::size_t d = cfg.hidden_size, h = cfg.num_heads, d_c = cfg.kv_lora_rank;
-  const std::size_t d_h = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
-  auto matrix = [&](std::size_t rows, std::size_t cols) {
-    return rng.normal_matrix(rows, cols, 0.0, 1.0 / std::sqrt(static_cast<double>(rows)));
-  };
-  MlaWeights w;
-  std::size_t q_in = d;
-  if (cfg.q_lora_rank) {
-    q_in = static_cast<std::size_t>(*cfg.q_lora_rank);
-    w.w_dq = matrix(d, q_in);
-    w.q_norm = rng.normal_vector(q_in, 1.0, 0.2);
-  }
-  w.w_uq = matrix(q_in, h * d_h);
-  w.w_qr = matrix(q_in, h * d_r);
-  w.w_dkv = matrix(d, d_c);
-  w.kv_norm = rng.normal_vector(d_c, 1.0, 0.2);
-  w.w_kr = matrix(d, d_r);
-  w.w_uk = matrix(d_c, h * d_h);
-  w.w_uv = matrix(d_c, h * d_v);
-  w.w_o = matrix(h * d_v, d);
-  return w;
 }
 
 // ---- The double-precision oracle, from DeepSeek-V2's equations 9-19 (and the RMSNorms of its
@@ -194,7 +170,7 @@ TEST(Ch05Mla, both_paths_match_the_double_oracle_on_prefill) {
     const MlaConfig cfg = small_config(variant.compress_queries, variant.layout);
     const unsigned long long seed = 501;
     Rng rng(seed);
-    const MlaWeights w = random_weights(cfg, rng);
+    const MlaWeights w = random_mla_weights(cfg, rng);
     const Tensor2 x = rng.normal_matrix(11, cfg.hidden_size);
     const OracleResult oracle = oracle_mla(x, w, cfg);
     for (const Path& path : kPaths) {
@@ -221,7 +197,7 @@ TEST(Ch05Mla, decoding_against_the_cache_equals_the_full_sequence) {
     const MlaConfig cfg = small_config(variant.compress_queries, variant.layout);
     const unsigned long long seed = 502;
     Rng rng(seed);
-    const MlaWeights w = random_weights(cfg, rng);
+    const MlaWeights w = random_mla_weights(cfg, rng);
     const std::size_t T = 12;
     const Tensor2 x = rng.normal_matrix(T, cfg.hidden_size);
     const OracleResult oracle = oracle_mla(x, w, cfg);
@@ -254,7 +230,7 @@ TEST(Ch05Mla, decoding_against_the_cache_equals_the_full_sequence) {
 TEST(Ch05Mla, the_rope_key_is_shared_by_every_head) {
   const MlaConfig cfg = small_config(true);
   Rng rng(503);
-  const MlaWeights w = random_weights(cfg, rng);
+  const MlaWeights w = random_mla_weights(cfg, rng);
   const Tensor2 x = rng.normal_matrix(6, cfg.hidden_size);
   MlaCache naive(cfg, MlaPath::naive), absorbed(cfg, MlaPath::absorbed);
   mla_naive(x, w, cfg, naive);
@@ -329,7 +305,7 @@ TEST(Ch05Mla, deepseek_configs_cache_the_latent_and_one_rope_key_per_token) {
 TEST(Ch05Mla, rope_on_the_content_part_defeats_absorption) {
   const MlaConfig cfg = small_config(true);
   Rng rng(504);
-  const MlaWeights w = random_weights(cfg, rng);
+  const MlaWeights w = random_mla_weights(cfg, rng);
   const std::size_t q_in = *cfg.q_lora_rank, d_c = cfg.kv_lora_rank, d_h = cfg.qk_nope_head_dim;
   const int head = 1;
   const Tensor1 c_q = rng.normal_vector(q_in), c_kv = rng.normal_vector(d_c);
@@ -421,7 +397,7 @@ TEST(Ch05Mla, bad_configs_are_errors_naming_the_field) {
 TEST(Ch05Mla, bad_inputs_are_errors_and_leave_the_cache_unchanged) {
   const MlaConfig cfg = small_config(true);
   Rng rng(505);
-  const MlaWeights w = random_weights(cfg, rng);
+  const MlaWeights w = random_mla_weights(cfg, rng);
   const Tensor2 x = rng.normal_matrix(3, cfg.hidden_size);
   for (const Path& path : kPaths) {
     MlaCache cache(cfg, path.path);
@@ -465,7 +441,7 @@ TEST(Ch05Mla, bad_inputs_are_errors_and_leave_the_cache_unchanged) {
   // A late error: without query compression, hidden states of 1e19 give queries and keys whose dot
   // products leave float's range; the attention refuses them after the keys were computed.
   const MlaConfig lite = small_config(false);
-  const MlaWeights lite_w = random_weights(lite, rng);
+  const MlaWeights lite_w = random_mla_weights(lite, rng);
   const Tensor2 huge = rng.normal_matrix(2, lite.hidden_size, 0.0, 1e19);
   for (const Path& path : kPaths) {
     MlaCache cache(lite, path.path);
