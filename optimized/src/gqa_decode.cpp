@@ -9,6 +9,7 @@
 
 #include "tvlab/core/error.hpp"
 
+#include "detail/decode_checks.hpp"
 #include "detail/split_decode.hpp"
 
 namespace tvlab::opt {
@@ -16,13 +17,6 @@ namespace {
 
 constexpr const char* kFunction = "gqa_decode_attention";
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Positions per block of a v2 work item. With dot products: 512, so that keys and values are read
-// in long runs (256 KiB each at d = 128) that stay in L2 between the scores and P V. With the
-// micro-kernel: 64, so that the transposed keys [d, 64] (32 KiB at d = 128) stay in L1.
-constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64;
-static_assert(kBlockDot % detail::kTileCols == 0 && kBlockMicroKernel % detail::kTileCols == 0,
-              "a block is a whole number of micro-kernel widths");
 
 // q . k over d floats (vectorised by the compiler).
 inline float dot(const float* q, const float* k, std::size_t d) {
@@ -93,11 +87,8 @@ std::size_t gqa_decode_splits(std::size_t length, std::size_t kv_heads, std::siz
 GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache, const Tensor3& v_cache,
                                         std::size_t length, std::optional<double> scale, std::size_t splits) {
   const ref::GqaDecodeDims dims = ref::validate_gqa_decode(kFunction, q, k_cache, v_cache, length, scale);
-  const auto& [heads, kv_heads, group, capacity, n, d, d_v, scale_value] = dims;
-  if (splits == 0) splits = gqa_decode_splits(n, kv_heads, static_cast<std::size_t>(omp_get_max_threads()));
-  require(splits <= n, kFunction, "splits (", splits, ") must not exceed length (", n, "): every split holds a position");
-  const std::size_t block = group >= detail::kMicroKernelRows ? kBlockMicroKernel : kBlockDot;
-  const detail::SplitDecodeShape shape{heads, kv_heads, group, n, d, d_v, static_cast<float>(scale_value), splits, block, block};
+  const std::size_t heads = dims.heads, capacity = dims.capacity, d = dims.d, d_v = dims.d_v;
+  const detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "length", dims, splits);
   // The cache [g, capacity, d]: head kv at kv capacity d, consecutive positions d floats apart.
   const detail::FloatRows keys{k_cache.data(), capacity * d, d, d}, values{v_cache.data(), capacity * d_v, d_v, d_v};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d_v}), Tensor1::from_shape({heads})};

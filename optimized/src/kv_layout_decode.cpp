@@ -10,10 +10,6 @@
 namespace tvlab::opt {
 namespace {
 
-// The blocks of gqa_decode_attention_v2: 512 positions with dot products (keys and values in
-// long runs that stay in L2 between the scores and P V), 64 on the micro-kernel.
-constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64;
-
 // y[b][a][c] = x[a][b][c]: the first two axes swapped, each row of the last axis copied whole.
 Tensor3 swap_first_axes(const char* function, const Tensor3& x) {
   require_nonempty(function, "the cache", x);
@@ -40,7 +36,7 @@ ref::GqaDecodeOutput gqa_decode_attention_per_token(const Tensor2& q, const Tens
   const std::size_t d_v = v_cache.shape()[2];
   const detail::SplitDecodeShape shape = detail::validate_split_decode(
       function, q, "k_cache", {kv_heads, capacity, d}, "v_cache", {v_cache.shape()[1], v_cache.shape()[0], d_v}, length,
-      scale, splits, kBlockDot, kBlockMicroKernel);
+      scale, splits);
   // Head kv starts kv d floats into the cache; consecutive positions are g d floats apart.
   const detail::FloatRows keys{k_cache.data(), d, kv_heads * d, d}, values{v_cache.data(), d_v, kv_heads * d_v, d_v};
   ref::GqaDecodeOutput result{Tensor2::from_shape({shape.heads, d_v}), Tensor1::from_shape({shape.heads})};

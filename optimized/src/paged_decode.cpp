@@ -8,16 +8,12 @@
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/ref/paged_attention.hpp"
 
+#include "detail/decode_checks.hpp"
 #include "detail/split_decode.hpp"
 
 namespace tvlab::opt {
 namespace {
 
-// Positions per block of a work item, as in gqa_decode_attention_v2: 512 with dot products, 64 on
-// the micro-kernel (whose transposed keys [d, 64] stay in L1).
-constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64;
-static_assert(kBlockDot % detail::kTileCols == 0 && kBlockMicroKernel % detail::kTileCols == 0,
-              "a block is a whole number of micro-kernel widths");
 
 // How many pages (blocks of the cache) ahead of the one being read the kernel prefetches. A page
 // of b = 16 positions is only 8 KiB (d = 128), and consecutive pages lie anywhere in the pool: the
@@ -74,13 +70,10 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   const double scale_value = ref::validate_paged_decode(kFunction, q, cache, block_table, context_len, scale);
   const std::size_t heads = q.shape()[0], kv_heads = cache.num_kv_heads(), group = heads / kv_heads;
   const std::size_t d = cache.head_dim(), b = cache.block_size(), n = context_len;
-  if (splits == 0) splits = gqa_decode_splits(n, kv_heads, static_cast<std::size_t>(omp_get_max_threads()));
-  require(splits <= n, kFunction, "splits (", splits, ") must not exceed context_len (", n,
-          "): every split holds a position");
-  const std::size_t block = group >= detail::kMicroKernelRows ? kBlockMicroKernel : kBlockDot;
+  const ref::GqaDecodeDims dims{heads, kv_heads, group, block_table.size() * b, n, d, d, scale_value};
   // piece = b: every request to the cache lies in one page (a block of 512 positions is 32 pages
   // of 16, or 33 when the split begins inside a page).
-  const detail::SplitDecodeShape shape{heads, kv_heads, group, n, d, d, static_cast<float>(scale_value), splits, block, b};
+  const detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "context_len", dims, splits, b);
   const PagedRows keys{cache.key_blocks().data(), block_table, kv_heads, b, d, n};
   const PagedRows values{cache.value_blocks().data(), block_table, kv_heads, b, d, n};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d}), Tensor1::from_shape({heads})};

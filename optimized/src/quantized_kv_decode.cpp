@@ -15,14 +15,13 @@
 namespace tvlab::opt {
 namespace {
 
-// Positions per block when the cache is converted to float on the way: the blocks of
-// gqa_decode_attention_v2 (512 with dot products, so that keys and values are read in long runs,
-// each a sequential stream for the hardware prefetchers; 64 on the micro-kernel), requested 32
-// positions at a time, so that the float rows of a piece (32 x 128 floats, 16 KiB) are still in L1
-// when the scores or P V read them.
-constexpr std::size_t kBlockDot = 512, kBlockMicroKernel = 64, kPiece = 32;
-static_assert(kBlockDot % kPiece == 0 && kBlockMicroKernel % kPiece == 0 && kBlockMicroKernel % detail::kTileCols == 0,
-              "a block is a whole number of pieces (and of micro-kernel widths on that path)");
+// A cache converted to float on the way is requested 32 positions at a time, within the blocks of
+// every decode step (detail::kDecodeBlockDot and kDecodeBlockMicroKernel: keys and values still
+// read in long runs, each a sequential stream for the hardware prefetchers), so that the float rows
+// of a piece (32 x 128 floats, 16 KiB) are still in L1 when the scores or P V read them.
+constexpr std::size_t kPiece = 32;
+static_assert(detail::kDecodeBlockDot % kPiece == 0 && detail::kDecodeBlockMicroKernel % kPiece == 0,
+              "a block is a whole number of pieces");
 
 // ------------------------------------------------------------------------------------------ bf16
 
@@ -218,7 +217,7 @@ ref::GqaDecodeOutput bf16_kv_decode_attention(const Tensor2& q, const Bf16Kv& k_
   validate_bf16_kv(function, "v_cache", v_cache);
   const detail::SplitDecodeShape shape = detail::validate_split_decode(
       function, q, "k_cache", {k_cache.heads, k_cache.capacity, k_cache.head_dim}, "v_cache",
-      {v_cache.heads, v_cache.capacity, v_cache.head_dim}, length, scale, splits, kBlockDot, kBlockMicroKernel, kPiece);
+      {v_cache.heads, v_cache.capacity, v_cache.head_dim}, length, scale, splits, kPiece);
   ref::GqaDecodeOutput result{Tensor2::from_shape({shape.heads, shape.d_v}), Tensor1::from_shape({shape.heads})};
   detail::split_k_decode(q.data(), shape, Bf16Rows{k_cache}, Bf16Rows{v_cache}, result.out.data(), result.lse.data());
   return result;
@@ -233,7 +232,7 @@ Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, co
           v.seq, ", ", v.head_dim, "], expected [", k.heads, ", ", k.seq, ", ", k.head_dim, "] (the shape of k)");
   const detail::SplitDecodeShape shape =
       detail::validate_split_decode(function, q, "k", {k.heads, k.seq, k.head_dim}, "v", {v.heads, v.seq, v.head_dim},
-                                    length, scale, splits, kBlockDot, kBlockMicroKernel, kPiece);
+                                    length, scale, splits, kPiece);
   Tensor2 out = Tensor2::from_shape({shape.heads, shape.d_v});
   std::vector<float> lse(shape.heads);
   detail::split_k_decode(q.data(), shape, QuantizedRows{k}, QuantizedRows{v}, out.data(), lse.data());

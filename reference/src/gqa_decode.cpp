@@ -9,25 +9,34 @@
 
 namespace tvlab::ref {
 
-GqaDecodeDims validate_gqa_decode(const char* function, const Tensor2& q, const Tensor3& k_cache,
-                                  const Tensor3& v_cache, std::size_t length, std::optional<double> scale) {
+GqaDecodeDims validate_decode_step(const char* function, const Tensor2& q, const char* k_name, DecodeCacheExtent k,
+                                   const char* v_name, DecodeCacheExtent v, std::size_t length,
+                                   std::optional<double> scale) {
   require_nonempty(function, "q", q);
-  require_nonempty(function, "k_cache", k_cache);
-  require_nonempty(function, "v_cache", v_cache);
   const std::size_t heads = q.shape()[0], d = q.shape()[1];
-  const std::size_t kv_heads = k_cache.shape()[0], capacity = k_cache.shape()[1], d_v = v_cache.shape()[2];
-  require_dim(function, "k_cache", k_cache, 2, "head_dim", d, "the keys' dimension is the queries'");
-  require_dim(function, "v_cache", v_cache, 0, "kv heads", kv_heads, "one value head per key head");
-  require_dim(function, "v_cache", v_cache, 1, "capacity", capacity, "the value cache holds the key cache's positions");
-  require(heads % kv_heads == 0, function, "the query heads (", heads, ", rows of q) must be a multiple of the kv heads (",
-          kv_heads, ", first axis of k_cache): each kv head serves h/g query heads");
-  require(length >= 1 && length <= capacity, function, "length (", length, ") must be in [1, capacity = ", capacity,
+  require(k.dim == d, function, k_name, " has head_dim ", k.dim, ", expected ", d, " (the keys' dimension is the queries')");
+  require(v.heads == k.heads, function, v_name, " has kv heads ", v.heads, ", expected ", k.heads,
+          " (one value head per key head)");
+  require(v.capacity == k.capacity, function, v_name, " has capacity ", v.capacity, ", expected ", k.capacity,
+          " (the value cache holds the key cache's positions)");
+  require(heads % k.heads == 0, function, "the query heads (", heads, ", rows of q) must be a multiple of the kv heads (",
+          k.heads, ", first axis of ", k_name, "): each kv head serves h/g query heads");
+  require(length >= 1 && length <= k.capacity, function, "length (", length, ") must be in [1, capacity = ", k.capacity,
           "]: the step attends to at least the token itself and to no position the cache has no room for");
   const double scale_value = scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   require(std::isfinite(scale_value) && scale_value > 0.0 && scale_value <= std::numeric_limits<float>::max(), function,
           "scale (", scale_value, ") must be positive and representable in float");
   require_finite_max_abs(function, "q", q);
-  return {heads, kv_heads, heads / kv_heads, capacity, length, d, d_v, scale_value};
+  return {heads, k.heads, heads / k.heads, k.capacity, length, d, v.dim, scale_value};
+}
+
+GqaDecodeDims validate_gqa_decode(const char* function, const Tensor2& q, const Tensor3& k_cache,
+                                  const Tensor3& v_cache, std::size_t length, std::optional<double> scale) {
+  require_nonempty(function, "q", q);
+  require_nonempty(function, "k_cache", k_cache);
+  require_nonempty(function, "v_cache", v_cache);
+  return validate_decode_step(function, q, "k_cache", {k_cache.shape()[0], k_cache.shape()[1], k_cache.shape()[2]},
+                              "v_cache", {v_cache.shape()[0], v_cache.shape()[1], v_cache.shape()[2]}, length, scale);
 }
 
 void require_finite_decode_output(const char* function, const GqaDecodeOutput& result) {

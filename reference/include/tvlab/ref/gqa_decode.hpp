@@ -33,6 +33,23 @@ struct GqaDecodeDims {
 };
 
 /// @ingroup ch05
+/// The extent of a key or value cache, whatever its layout or storage: kv heads, positions it has
+/// room for, and the size of one head's vector.
+struct DecodeCacheExtent {
+  std::size_t heads;     ///< g
+  std::size_t capacity;  ///< positions it has room for
+  std::size_t dim;       ///< d (keys) or d_v (values)
+};
+
+/// @ingroup ch05
+/// The checks of `validate_gqa_decode` for caches given by their extents (a quantized, bf16 or
+/// per-token cache is not a `[g, capacity, d]` tensor): `k_name` and `v_name` name them in the
+/// messages. Throws `tvlab::Error` naming the parameter.
+GqaDecodeDims validate_decode_step(const char* function, const Tensor2& q, const char* k_name, DecodeCacheExtent k,
+                                   const char* v_name, DecodeCacheExtent v, std::size_t length,
+                                   std::optional<double> scale);
+
+/// @ingroup ch05
 /// The input checks every decode step shares (reference and optimized): q `[h, d]` finite and
 /// non-empty, k_cache `[g, capacity, d]`, v_cache `[g, capacity, d_v]` with the same g and
 /// capacity, h a multiple of g, 1 <= length <= capacity, a positive scale representable in float.
