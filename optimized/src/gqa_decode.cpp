@@ -90,7 +90,8 @@ GqaDecodeOutput gqa_decode_attention_v2(const Tensor2& q, const Tensor3& k_cache
   const std::size_t heads = dims.heads, capacity = dims.capacity, d = dims.d, d_v = dims.d_v;
   const detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "length", dims, splits);
   // The cache [g, capacity, d]: head kv at kv capacity d, consecutive positions d floats apart.
-  const detail::FloatRows keys{k_cache.data(), capacity * d, d, d}, values{v_cache.data(), capacity * d_v, d_v, d_v};
+  const detail::FloatRows keys{k_cache.data(), capacity * d, d, d, dims.length},
+      values{v_cache.data(), capacity * d_v, d_v, d_v, dims.length};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d_v}), Tensor1::from_shape({heads})};
   detail::split_k_decode(q.data(), shape, keys, values, result.out.data(), result.lse.data());
   ref::require_finite_decode_output("gqa_decode_attention", result);

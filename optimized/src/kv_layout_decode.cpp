@@ -38,7 +38,8 @@ ref::GqaDecodeOutput gqa_decode_attention_per_token(const Tensor2& q, const Tens
       function, q, "k_cache", {kv_heads, capacity, d}, "v_cache", {v_cache.shape()[1], v_cache.shape()[0], d_v}, length,
       scale, splits);
   // Head kv starts kv d floats into the cache; consecutive positions are g d floats apart.
-  const detail::FloatRows keys{k_cache.data(), d, kv_heads * d, d}, values{v_cache.data(), d_v, kv_heads * d_v, d_v};
+  const detail::FloatRows keys{k_cache.data(), d, kv_heads * d, d, shape.length},
+      values{v_cache.data(), d_v, kv_heads * d_v, d_v, shape.length};
   ref::GqaDecodeOutput result{Tensor2::from_shape({shape.heads, d_v}), Tensor1::from_shape({shape.heads})};
   detail::split_k_decode(q.data(), shape, keys, values, result.out.data(), result.lse.data());
   return result;
