@@ -14,20 +14,6 @@
 namespace tvlab::opt {
 namespace {
 
-
-// How many pages (blocks of the cache) ahead of the one being read the kernel prefetches. A page
-// of b = 16 positions is only 8 KiB (d = 128), and consecutive pages lie anywhere in the pool: the
-// hardware prefetcher, which follows a stream of addresses, restarts on every page and keeps too
-// few lines in flight. Fetching the whole page 3 ahead (into L2: the prefetch must not evict the
-// page being read) brought the paged step at 32K positions from 2.3x to 1.4-1.8x the time of the
-// contiguous one (2 threads of an AMD EPYC with AVX-512, runs varying by 20%); 1 ahead gained
-// little, and 4 to 8 no more than 3 (measured again on split_k_decode's requests, which prefetch
-// across the kernel's blocks too: 18.8-20.4 ms with, 19.6-25.6 ms without, contiguous 11.2 ms).
-// Longer pages are the real cure: 256 positions per page
-// (128 KiB runs) read as fast as the contiguous cache.
-constexpr std::size_t kPrefetchPagesAhead = 3;
-constexpr int kPrefetchLocality = 2;  // __builtin_prefetch's: 3 = L1, 2 = L2
-
 // The keys (or the values) of a paged cache, as split_k_decode requests them: the pool
 // [num_blocks, g, b, dim] seen through the block table, position t being slot t mod b of physical
 // block T[t / b]. With `piece` = b the kernel never requests positions of two pages at once, so a
@@ -44,19 +30,20 @@ struct PagedRows {
   }
 
   // Positions [first, first + count) of head kv, all in one page: the page itself, or (width > dim)
-  // the rows copied into `buffer` [count, width], whose padding the kernel keeps at 0.
+  // the rows copied into `buffer` [count, width], whose padding the kernel keeps at 0. The rows
+  // kPrefetchDistance positions later lie in another page, anywhere in the pool: the kernel
+  // prefetches them from `ahead` when they too lie in one page (always, when b divides the distance)
+  // and are attended. Pages of b = 16 positions are 8 KiB runs (d = 128) in random order, on
+  // which the hardware prefetcher, following a stream of addresses, restarts at every page.
   detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
-    // The page kPrefetchPagesAhead on lies elsewhere in the pool: its lines are requested now, so
-    // that they arrive while the pages before it compute.
-    if (const std::size_t ahead = (first / block_size + kPrefetchPagesAhead) * block_size; ahead < length) {
-      const char* lines = reinterpret_cast<const char*>(page_rows(kv, ahead));
-      const std::size_t bytes = std::min(block_size, length - ahead) * dim * sizeof(float);
-      for (std::size_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(lines + byte, 0, kPrefetchLocality);
-    }
     const float* start = page_rows(kv, first);
-    if (width == dim) return {start, dim};
-    for (std::size_t c = 0; c < count; ++c) std::copy_n(start + c * dim, dim, buffer + c * width);
-    return {buffer, width};
+    if (width != dim) {
+      for (std::size_t c = 0; c < count; ++c) std::copy_n(start + c * dim, dim, buffer + c * width);
+      return {buffer, width};
+    }
+    const std::size_t later = first + detail::kPrefetchDistance;
+    const bool one_page = later / block_size == (later + count - 1) / block_size;
+    return {start, dim, later + count <= length && one_page ? page_rows(kv, later) : nullptr};
   }
   bool needs_buffer(std::size_t width) const { return width != dim; }
 };
