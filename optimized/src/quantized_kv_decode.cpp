@@ -16,12 +16,11 @@ namespace tvlab::opt {
 namespace {
 
 // A cache converted to float on the way is requested 32 positions at a time, within the blocks of
-// every decode step (detail::kDecodeBlockDot and kDecodeBlockMicroKernel: keys and values still
-// read in long runs, each a sequential stream for the hardware prefetchers), so that the float rows
-// of a piece (32 x 128 floats, 16 KiB) are still in L1 when the scores or P V read them.
+// every decode step (detail::kDecodeBlock: keys and values still read in long runs, each a
+// sequential stream for the hardware prefetchers), so that the float rows of a piece (32 x 128
+// floats, 16 KiB) are still in L1 when the scores or P V read them.
 constexpr std::size_t kPiece = 32;
-static_assert(detail::kDecodeBlockDot % kPiece == 0 && detail::kDecodeBlockMicroKernel % kPiece == 0,
-              "a block is a whole number of pieces");
+static_assert(detail::kDecodeBlock % kPiece == 0, "a block is a whole number of pieces");
 
 // ------------------------------------------------------------------------------------------ bf16
 

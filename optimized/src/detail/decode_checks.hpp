@@ -19,24 +19,22 @@ namespace tvlab::opt::detail {
 
 using ref::DecodeCacheExtent;
 
-// Positions per block of a work item. With dot products: 512, so that keys and values are read
-// in long runs (256 KiB each at d = 128) that stay in L2 between the scores and P V. With the
-// micro-kernel: 64, so that the transposed keys [d, 64] (32 KiB at d = 128) stay in L1.
-inline constexpr std::size_t kDecodeBlockDot = 512, kDecodeBlockMicroKernel = 64;
-static_assert(kDecodeBlockDot % kTileCols == 0 && kDecodeBlockMicroKernel % kTileCols == 0,
-              "a block is a whole number of micro-kernel widths");
+// Positions per block of a work item: 512, so that keys and values are read in long runs (256 KiB
+// each at d = 128) that stay in L2 between the scores and P V.
+inline constexpr std::size_t kDecodeBlock = 512;
+static_assert(kDecodeBlock % kTileCols == 0, "a block is a whole number of micro-kernel widths");
 
 /// The shape split_k_decode runs for a checked step `dims`: `splits` ranges of positions (0:
 /// gqa_decode_splits for this machine; no more than the positions, which `length_name` names in
-/// the message), blocks of kDecodeBlockDot positions, or kDecodeBlockMicroKernel when 16 or more
-/// query heads share a kv head, requested `piece` positions at a time (0: the whole block).
+/// the message), blocks of kDecodeBlock positions, requested `piece` positions at a time (0: the
+/// whole block).
 inline SplitDecodeShape split_decode_shape(const char* function, const char* length_name,
                                            const ref::GqaDecodeDims& dims, std::size_t splits, std::size_t piece = 0) {
   const std::size_t n = dims.length;
   if (splits == 0) splits = gqa_decode_splits(n, dims.kv_heads, static_cast<std::size_t>(omp_get_max_threads()));
   require(splits <= n, function, "splits (", splits, ") must not exceed ", length_name, " (", n,
           "): every split holds a position");
-  const std::size_t block = dims.group >= kMicroKernelRows ? kDecodeBlockMicroKernel : kDecodeBlockDot;
+  const std::size_t block = kDecodeBlock;
   return {dims.heads, dims.kv_heads, dims.group,  n,     dims.d,
           dims.d_v,   static_cast<float>(dims.scale), splits, block, piece == 0 ? block : piece};
 }

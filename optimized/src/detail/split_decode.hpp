@@ -71,7 +71,7 @@ struct SplitDecodeShape {
   std::size_t d, d_v;    ///< key and value head sizes
   float scale;
   std::size_t splits;  ///< ranges of positions, in [1, length]
-  std::size_t block;   ///< positions per online softmax step; a multiple of kTileCols on the micro-kernel path
+  std::size_t block;   ///< positions per online softmax step, a multiple of kLanes
   /// Requests to the cache never cross a multiple of `piece` positions: `block` for a contiguous
   /// float cache, whose rows are read in place; fewer for a cache that converts each request into a
   /// buffer (so that the buffer stays in L1 while the cache is still read in runs of `block`
@@ -79,12 +79,6 @@ struct SplitDecodeShape {
   /// (so that a request lies in one page).
   std::size_t piece;
 };
-
-/// From this many query rows per kv head on, the scores go through the register-blocked
-/// micro-kernel, whose transposition of each key block costs about as much as 16 rows' dot
-/// products save (measured at 32K positions, 2 threads: 4 rows 2.4x faster with dot products, 32
-/// rows (MQA) 1.25x faster with the micro-kernel).
-inline constexpr std::size_t kMicroKernelRows = 16;
 
 inline std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
@@ -156,7 +150,10 @@ inline const std::array<std::size_t, kLanes>& haddp_lanes() {
 /// registers of partial sums, which one transposing reduction (xsimd::haddp: 15 shuffles and 15
 /// adds) turns into one register holding the 16 scores, where a reduction per dot product would
 /// take a shuffle tree each. Rows past a multiple of four and keys past a multiple of kBlockedKeys
-/// go through scores_by_dot_products.
+/// go through scores_by_dot_products. It serves every group of four rows or more, MQA's 32 too:
+/// there it is faster than transposing each block of keys for chapter 04's micro-kernel (measured at
+/// 32K positions, 2 threads: 3.4-4.1 ms against 5.0-5.4 ms); at GQA's 4 rows, with the cache in L3,
+/// it is 1.3x faster than scores_by_dot_products.
 inline void scores_register_blocked(const float* q, std::size_t rows, const float* keys, std::size_t ldk,
                                     std::size_t cols, std::size_t d, float scale, float* s, std::size_t lds,
                                     const float* keys_ahead = nullptr) {
@@ -224,7 +221,6 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
                     float* out, float* lse) {
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
   const auto& [heads, kv_heads, group, n, d, d_v, scale, splits, block, piece] = shape;
-  const bool micro_kernel = group >= kMicroKernelRows;
   // The micro-kernels work on whole register widths: values and accumulators padded to dv_pad.
   const std::size_t dv_pad = round_up(d_v, kTileCols);
 
@@ -235,10 +231,9 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
 
 #pragma omp parallel
   {
-    // Per thread: the scores of the group [h/g, block], the block's keys transposed [d, block] (for
-    // the micro-kernel), and the buffers a cache may fill with one request's keys [piece, d] and
-    // values [piece, dv_pad] (their padding stays 0).
-    std::vector<float> s(group * block), kt(micro_kernel ? d * block : 0, 0.0f);
+    // Per thread: the scores of the group [h/g, block], and the buffers a cache may fill with one
+    // request's keys [piece, d] and values [piece, dv_pad] (their padding stays 0).
+    std::vector<float> s(group * block);
     const std::size_t most = std::min(piece, block);  // positions in the longest request
     std::vector<float> k_buffer(keys.needs_buffer(d) ? most * d : 0, 0.0f);
     std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? most * dv_pad : 0, 0.0f);
@@ -257,22 +252,8 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
         for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
           count = request_length(c0 + p0, cols - p0, piece);
           const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
-          if (micro_kernel) {
-            // The block's keys transposed to kt [d, block], for chapter 04's micro-kernel below, each
-            // request at its offset p0 in the block (the columns past `cols` keep earlier finite
-            // keys: their scores become -inf below).
-            for (std::size_t c = 0; c < count; ++c) {
-              const float* kc = kb.rows + c * kb.stride;
-              if (kb.ahead != nullptr)
-                for (std::size_t e = 0; e < d; e += kLanes) prefetch_line(kb.ahead + c * kb.stride + e);
-              for (std::size_t e = 0; e < d; ++e) kt[e * block + p0 + c] = kc[e];
-            }
-          } else {
-            scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
-          }
+          scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
         }
-        // [h/g, d] x [d, block] on the micro-kernel: four query rows share every load of K^T.
-        if (micro_kernel) score_tile(qg, d, kt.data(), block, s.data(), block, group, block, scale);
         // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
         // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
         for (std::size_t r = 0; r < group; ++r) {
