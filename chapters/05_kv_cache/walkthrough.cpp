@@ -761,7 +761,8 @@ std::string markdown() {
   md << "## What MLA and TPA cache\n\nValues a token and layer.\n\n" << compressed_caches_markdown() << '\n';
   md << "## Decoding with the cache, and the registry\n\nThe chapter's identity for each variant (prefill, then "
         "decode token by token, against one causal pass), then the registry's decode backends against the "
-        "reference. Only the reference is registered so far: the optimized and CUDA decode kernels join here.\n\n"
+        "reference on the GQA layer's cache: the headline optimized step and each of its versions (the CUDA kernels "
+        "are compared by `tvlab tour` where a device is present).\n\n"
      << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
