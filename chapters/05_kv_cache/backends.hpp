@@ -1,8 +1,8 @@
 #pragma once
 /// @file
 /// Chapter 05's backend registry (see `chapters/common/backend.hpp`): every implementation of the
-/// decode step of attention over a KV cache (contiguous, paged, and MLA's absorbed form), with what
-/// it needs.
+/// decode step of attention over a KV cache (contiguous, paged, MLA's absorbed form, a bf16 cache, a
+/// quantized cache, a cache laid out per token), with what it needs.
 
 #include <cstddef>
 #include <functional>
@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "../common/backend.hpp"
+#include "tvlab/core/kv_bf16.hpp"
+#include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/tensor.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
@@ -49,6 +51,24 @@ using PagedDecodeFn = std::function<DecodeAttention(const Tensor2& q, const Page
 using MlaDecodeFn = std::function<ref::MlaDecodeAttention(const Tensor2& q_absorbed, const Tensor2& latents,
                                                           const Tensor2& rope_keys, std::size_t length, double scale)>;
 
+/// The decode step over a bf16 cache (`Bf16Kv`, the top 16 bits of each float): `q` `[h, d]` over
+/// the first `length` positions of `k_cache` `[g, capacity, d]` and `v_cache` `[g, capacity, d_v]`,
+/// each value read back exactly. Returns out `[h, d_v]` and lse `[h]`.
+/// (`ref::bf16_kv_decode_attention`'s contract.)
+using Bf16DecodeFn = std::function<DecodeAttention(const Tensor2& q, const Bf16Kv& k_cache, const Bf16Kv& v_cache,
+                                                   std::size_t length, std::optional<double> scale)>;
+
+/// The decode step over quantized keys and values (`QuantizedKv`: INT8, INT4 or FP8 codes with
+/// their scales): `q` `[h, d]` over every position of `k` and `v` `[g, seq, d]`, each code
+/// dequantized as it is read. Returns out `[h, d]`. (`ref::quantized_kv_decode_attention`'s contract.)
+using QuantizedDecodeFn = std::function<Tensor2(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v,
+                                                std::optional<double> scale)>;
+
+/// The decode step over a float cache laid out per token: `k_cache` `[capacity, g, d]` and
+/// `v_cache` `[capacity, g, d_v]` (the g heads of a position together), otherwise `DecodeFn`'s
+/// contract. (`opt::gqa_decode_attention_per_token`'s.)
+using PerTokenDecodeFn = DecodeFn;
+
 struct Backend {
   std::string name;
   BackendKind kind = BackendKind::reference;
@@ -56,9 +76,13 @@ struct Backend {
   DecodeFn decode;              ///< the decode step over a contiguous cache (empty: not provided)
   PagedDecodeFn paged_decode;   ///< the decode step over a paged cache (empty: not provided)
   MlaDecodeFn mla_decode;       ///< MLA's absorbed decode step (empty: not provided)
+  Bf16DecodeFn bf16_decode;     ///< the decode step over a bf16 cache (empty: not provided)
+  QuantizedDecodeFn quantized_decode;  ///< the decode step over a quantized cache (empty: not provided)
+  PerTokenDecodeFn per_token_decode;   ///< the decode step over a cache laid out per token (empty: not provided)
 };
 
-/// ref, opt and cuda (which needs a device: its cases skip without one).
+/// ref, opt, every numbered version of opt's decode steps, cuda (which needs a device: its cases
+/// skip without one), student.
 const std::vector<Backend>& backends();
 
 /// gtest prints a parameter through PrintTo: the backend's name, not its bytes.

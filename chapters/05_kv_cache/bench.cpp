@@ -34,11 +34,12 @@
 #include "tvlab/cuda/kv_decode.hpp"
 #include "tvlab/cuda/kv_decode_device.hpp"
 #include "tvlab/opt/attention.hpp"
+#include "tvlab/opt/bf16_kv_decode.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
 #include "tvlab/opt/paged_decode.hpp"
-#include "tvlab/opt/quantized_kv_decode.hpp"
+#include "tvlab/opt/quantized_kv_attention.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/kv_cache.hpp"
@@ -109,10 +110,10 @@ void decode(benchmark::State& state, const DecodeFn& fn) {
 // The GQA step (32 query heads, g = 8, d = 128) over the same cache stored in float, bf16, INT8
 // per token, INT8 keys per channel (KIVI, groups of 32 tokens) with INT8 values per token, FP8
 // E4M3 per token and INT4 per group of 32 channels (asymmetric), each dequantized inside the
-// kernel (tvlab/opt/quantized_kv_decode.hpp); and the float cache laid out per head [g, n, d]
-// against per token [n, g, d] (tvlab/opt/kv_layout_decode.hpp). Each reports the cache bytes it
-// reads per generated token (codes + scales + minimums) as cache_MiB and per position as
-// B/position, GB/s of them, and tokens/s.
+// kernel (tvlab/opt/bf16_kv_decode.hpp, tvlab/opt/quantized_kv_attention.hpp); and the float cache
+// laid out per head [g, n, d] against per token [n, g, d] (tvlab/opt/kv_layout_decode.hpp). Each
+// reports the cache bytes it reads per generated token (codes + scales + minimums) as cache_MiB
+// and per position as B/position, GB/s of them, and tokens/s.
 
 constexpr std::size_t kGqaKvHeads = 8;
 
@@ -267,10 +268,10 @@ void narrow_decode(benchmark::State& state, const CacheFormat& format) {
   } else {
     const QuantizedKv k_first = quantize_kv(first_positions(in.k, n), format.key);
     const QuantizedKv v_first = quantize_kv(first_positions(in.v, n), format.value);
-    if (!validate(state, opt::quantized_kv_decode_attention(in.q, cache.k, cache.v, n),
+    if (!validate(state, opt::quantized_kv_decode_attention_split_k(in.q, cache.k, cache.v, n, std::nullopt, 0),
                   ref::quantized_kv_decode_attention(in.q, k_first, v_first), decode_tolerance(n)))
       return;
-    for (auto _ : state) benchmark::DoNotOptimize(opt::quantized_kv_decode_attention(in.q, cache.k, cache.v, length));
+    for (auto _ : state) benchmark::DoNotOptimize(opt::quantized_kv_decode_attention(in.q, cache.k, cache.v));
     bytes_per_position = kv_bytes_per_token(format.key, kGqaKvHeads, kHeadDim) +
                          kv_bytes_per_token(format.value, kGqaKvHeads, kHeadDim);
   }

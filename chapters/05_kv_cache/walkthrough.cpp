@@ -2,7 +2,9 @@
 // decodes a few tokens through one seeded layer for MHA, GQA, MQA, MLA (naive and absorbed) and
 // TPA, showing what each caches and that decoding with a cache gives the outputs of one causal
 // pass; then it runs the registry's decode step. --step walks one decode step of one GQA group,
-// --model/--config is the KV-memory calculator, --markdown prints results.md.
+// --model/--config is the KV-memory calculator, --block-size the paged cache's waste over a seeded
+// workload, --kv-quant a quantized cache's bytes and attention error on the demonstration layer,
+// --markdown prints results.md.
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "../common/backend_run.hpp"
@@ -19,7 +22,9 @@
 #include "backends.hpp"
 #include "tvlab/analysis/gqa_uptraining.hpp"
 #include "tvlab/analysis/kv_memory.hpp"
+#include "tvlab/analysis/paged_waste.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/mla_config.hpp"
 #include "tvlab/core/model_config.hpp"
 #include "tvlab/core/rng.hpp"
@@ -27,6 +32,7 @@
 #include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/kv_cache.hpp"
 #include "tvlab/ref/mla.hpp"
+#include "tvlab/ref/quantized_kv_attention.hpp"
 #include "tvlab/ref/tpa.hpp"
 
 namespace tvlab::cli {
@@ -42,6 +48,11 @@ struct Options : StandardOptions {
   std::string model, config, dtype;
   long long seq = 4096, batch = 1, gpus = 0;
   double gpu_memory = 80;
+  // The paged cache's waste: blocks of block_size over requests whose prompt and output lengths are
+  // uniform in [1, prompt_max] and [1, output_max] (ShareGPT-like by default), at most max_len tokens.
+  long long block_size = 16, requests = 1000, max_len = 2048, prompt_max = 321, output_max = 675;
+  // A quantized cache on the demonstration layer: int8, kivi, int4, fp8 or all.
+  std::string kv_quant;
 };
 
 // ------------------------------------------------------------------------------ small helpers
@@ -520,6 +531,151 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
   return 0;
 }
 
+// --------------------------------------------------------------------------- the paged waste
+
+int run_paged_waste(const Options& o, const GlobalOptions& g) {
+  require_positive(kCommand, "--block-size", o.block_size);
+  require_positive(kCommand, "--requests", o.requests);
+  require_positive(kCommand, "--max-len", o.max_len);
+  require_positive(kCommand, "--prompt-max", o.prompt_max);
+  require_positive(kCommand, "--output-max", o.output_max);
+  require(o.block_size <= o.max_len, kCommand, "--block-size (", o.block_size, ") must not exceed --max-len (",
+          o.max_len, "): a request never fills more than one block of that size");
+  // Compared without forming the sum, which could wrap around.
+  require(o.prompt_max < o.max_len && o.output_max <= o.max_len - o.prompt_max, kCommand, "--max-len (", o.max_len,
+          ") must hold the longest request, --prompt-max + --output-max = ",
+          static_cast<double>(o.prompt_max) + static_cast<double>(o.output_max), " tokens");
+  // The requests (two counts each), and every decode step of every request counted once.
+  RunCost cost;
+  cost.memory("the requests", {static_cast<std::uint64_t>(o.requests)}, sizeof(analysis::Request), "--requests")
+      .work("the decode steps counted", {static_cast<std::uint64_t>(o.requests), static_cast<std::uint64_t>(o.output_max)},
+            o.requests >= o.output_max ? "--requests" : "--output-max");
+  cost.require_affordable(g, o);
+
+  const auto b = static_cast<std::size_t>(o.block_size), max_len = static_cast<std::size_t>(o.max_len);
+  const std::vector<analysis::Request> requests = analysis::sample_requests(
+      {.num_requests = static_cast<std::size_t>(o.requests),
+       .prompt = {.min = 1, .max = static_cast<std::size_t>(o.prompt_max)},
+       .output = {.min = 1, .max = static_cast<std::size_t>(o.output_max)},
+       .seed = g.seed});
+  const analysis::KvWasteReport r = analysis::kv_waste(requests, max_len, b);
+  // The estimate of paged_waste.hpp: (b - 1)/2 unused slots of the last block, against L.
+  const double half_block = (static_cast<double>(b) - 1.0) / 2.0;
+  const double estimate = half_block / (r.mean_length + half_block);
+  if (g.format == "json") {
+    std::cout << std::setprecision(17) << "{\"chapter\": \"" << TVLAB_CHAPTER_NAME << "\", \"block_size\": " << b
+              << ", \"requests\": " << r.requests << ", \"max_len\": " << max_len << ", \"prompt_max\": "
+              << o.prompt_max << ", \"output_max\": " << o.output_max << ", \"seed\": " << g.seed
+              << ", \"mean_length\": " << r.mean_length << ", \"preallocated_waste\": " << r.preallocated_waste()
+              << ", \"paged_waste\": " << r.paged_waste() << ", \"preallocated_waste_over_time\": "
+              << r.preallocated_waste_over_time() << ", \"exact_waste_over_time\": " << r.exact_waste_over_time()
+              << ", \"paged_waste_over_time\": " << r.paged_waste_over_time()
+              << ", \"mean_last_block_waste\": " << r.mean_last_block_waste() << ", \"paged_waste_estimate\": " << estimate
+              << "}\n";
+    return 0;
+  }
+  auto percent = [](double fraction) { return fixed(100 * fraction, 1) + "%"; };
+  std::cout << "KV cache slots reserved but not filled: " << r.requests << " requests (seed " << g.seed
+            << "), prompts uniform in [1, " << o.prompt_max << "] and outputs in [1, " << o.output_max
+            << "] tokens, at most --max-len " << max_len << " tokens a request; blocks of " << b
+            << " tokens.\n  mean length L = prompt + output: " << fixed(r.mean_length, 1) << " tokens\n\n";
+  const std::vector<std::vector<std::string>> rows = {
+      {"reserve L_max = " + std::to_string(max_len), percent(r.preallocated_waste()),
+       percent(r.preallocated_waste_over_time())},
+      {"reserve exactly L (an oracle)", percent(0.0), percent(r.exact_waste_over_time())},
+      {"paged, b = " + std::to_string(b), percent(r.paged_waste()), percent(r.paged_waste_over_time())}};
+  std::cout << "  " << std::left << std::setw(32) << "scheme" << std::right << std::setw(20) << "waste at the end"
+            << std::setw(31) << "waste over the decode steps" << "\n";
+  for (const auto& row : rows)
+    std::cout << "  " << std::left << std::setw(32) << row[0] << std::right << std::setw(20) << row[1]
+              << std::setw(31) << row[2] << "\n";
+  std::cout << "\nPaging wastes only the unused slots of each request's last block: " << fixed(r.mean_last_block_waste(), 2)
+            << " on average (about (b - 1)/2 = " << fixed(half_block, 1) << "), so about (b - 1)/2 / (L + (b - 1)/2) = "
+            << percent(estimate) << " of the slots it holds.\n";
+  return 0;
+}
+
+// --------------------------------------------------------------------------- a quantized cache
+
+// One of --kv-quant's formats: the specs of the keys and of the values for head dimension d.
+struct QuantFormat {
+  std::string name, what;
+  KvQuantSpec key, value;
+};
+
+std::vector<QuantFormat> quant_formats(const std::string& selection, std::size_t d) {
+  // INT4 in groups of gcd(d, 32) channels: 32 at the usual head dimensions, and a divisor of d always.
+  const std::size_t int4_group = std::gcd(d, std::size_t{32});
+  const std::vector<QuantFormat> all = {
+      {"int8", "INT8, one symmetric scale per token and head", int8_per_token(d), int8_per_token(d)},
+      {"kivi", "KIVI: INT8 keys per channel (groups of 32 tokens), values per token", int8_per_channel(32),
+       int8_per_token(d)},
+      {"int4", "INT4, asymmetric, one scale and minimum per " + std::to_string(int4_group) + " channels",
+       int4_per_group(int4_group), int4_per_group(int4_group)},
+      {"fp8", "FP8 E4M3, one scale per token and head", fp8_e4m3_per_token(d), fp8_e4m3_per_token(d)}};
+  std::vector<QuantFormat> chosen;
+  for (const QuantFormat& f : all)
+    if (selection == "all" || selection == f.name) chosen.push_back(f);
+  if (chosen.empty()) fail(kCommand, "--kv-quant (", selection, ") must be one of int8, kivi, int4, fp8, all");
+  return chosen;
+}
+
+// The cache of the demonstration's GQA layer in each format: its bytes per token and layer, and the
+// attention of the last token over it against the float cache's. Quantizing changes the keys and
+// values by at most half a step, and the output by at most ref::quantized_kv_attention_error_bound.
+int run_quantization(const Layer& l, const std::string& selection, const GlobalOptions& g) {
+  const std::vector<QuantFormat> formats = quant_formats(selection, l.head_dim);
+  const DecodeInputs in = make_decode_inputs(l, g.seed);
+  const auto cached = [&in](const Tensor3& cache) -> Tensor3 {
+    return xt::view(cache, xt::all(), xt::range(0, in.length), xt::all());
+  };
+  const Tensor3 k = cached(in.k_cache), v = cached(in.v_cache);
+  const Tensor2 exact = ref::gqa_decode_attention(in.q, k, v, in.length).out;  // over the float cache
+  const double float_bytes = 2.0 * static_cast<double>(l.kv_heads * l.head_dim) * sizeof(float);
+  struct Row {
+    const QuantFormat* format;
+    double bytes, error, bound;
+  };
+  std::vector<Row> rows;
+  for (const QuantFormat& f : formats) {
+    const QuantizedKv kq = quantize_kv(k, f.key), vq = quantize_kv(v, f.value);
+    const Tensor2 out = ref::quantized_kv_decode_attention(in.q, kq, vq);
+    const Tensor2 bound = ref::quantized_kv_attention_error_bound(in.q, kq, vq);
+    rows.push_back({&f, kv_bytes_per_token(f.key, l.kv_heads, l.head_dim) + kv_bytes_per_token(f.value, l.kv_heads, l.head_dim),
+                    max_abs_difference(out, exact), static_cast<double>(xt::amax(bound)())});
+  }
+  if (g.format == "json") {
+    std::cout << std::setprecision(17) << "{\"chapter\": \"" << TVLAB_CHAPTER_NAME << "\", \"heads\": " << l.heads
+              << ", \"kv_heads\": " << l.kv_heads << ", \"head_dim\": " << l.head_dim << ", \"length\": " << in.length
+              << ", \"seed\": " << g.seed << ", \"float32_bytes_per_token\": " << float_bytes << ", \"formats\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::cout << (i ? ", " : "") << "{\"name\": \"" << rows[i].format->name << "\", \"bytes_per_token\": "
+                << rows[i].bytes << ", \"max_abs_error\": " << rows[i].error << ", \"error_bound\": " << rows[i].bound
+                << "}";
+    std::cout << "]}\n";
+    return 0;
+  }
+  std::cout << "A quantized KV cache on the demonstration layer: GQA with " << l.heads << " query heads, " << l.kv_heads
+            << " kv heads of d_k = " << l.head_dim << "; the last token attends over the " << in.length
+            << " cached tokens (seed " << g.seed << "). Bytes per token and layer for K and V, codes and float32 "
+               "scales (and minimums); the error is max |o - o_fp32| over the attention output, against the "
+               "bound of ref::quantized_kv_attention_error_bound.\n\n";
+  std::cout << "  " << std::left << std::setw(7) << "format" << std::right << std::setw(16) << "bytes/token"
+            << std::setw(12) << "of fp32" << std::setw(14) << "max error" << std::setw(14) << "bound"
+            << "  layout\n";
+  std::cout << "  " << std::left << std::setw(7) << "fp32" << std::right << std::setw(16) << fixed(float_bytes, 0)
+            << std::setw(12) << "1" << std::setw(14) << "0" << std::setw(14) << "0"
+            << "  the float cache\n";
+  for (const Row& r : rows)
+    std::cout << "  " << std::left << std::setw(7) << r.format->name << std::right << std::setw(16)
+              << fixed(r.bytes, r.bytes == std::floor(r.bytes) ? 0 : 1) << std::setw(12)
+              << fixed(r.bytes / float_bytes, 3) << std::setw(14) << sci(r.error, 2) << std::setw(14)
+              << sci(r.bound, 2) << "  " << r.format->what << "\n";
+  std::cout << "\nAt this head dimension the scales are a large share of the bytes (one float per group); at d_k = "
+               "128 INT8 per token stores 1 + 4/128 bytes a value instead of 4.\n";
+  return 0;
+}
+
 // ---------------------------------------------------------------------- the documents' numbers
 
 // Llama 2 70B's FP16 weights from its published shape (hidden 8192, FFN 28672, vocabulary 32000,
@@ -761,7 +917,8 @@ std::string markdown() {
   md << "## What MLA and TPA cache\n\nValues a token and layer.\n\n" << compressed_caches_markdown() << '\n';
   md << "## Decoding with the cache, and the registry\n\nThe chapter's identity for each variant (prefill, then "
         "decode token by token, against one causal pass), then the registry's decode backends against the "
-        "reference. Only the reference is registered so far: the optimized and CUDA decode kernels join here.\n\n"
+        "reference on the GQA layer's cache: the headline optimized step and each of its versions (the CUDA kernels "
+        "are compared by `tvlab tour` where a device is present).\n\n"
      << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
@@ -773,16 +930,32 @@ int run(const Options& o, const GlobalOptions& g) {
     std::cout << markdown();
     return 0;
   }
+  // Four runs: the demonstration (with --kv-quant, its cache quantized), the calculator, the paged waste.
   const bool calculator = !o.model.empty() || !o.config.empty();
+  const bool paged = o.given("--block-size"), quantized = o.given("--kv-quant");
   for (const char* option : {"--seq", "--batch", "--dtype", "--gpus", "--gpu-memory"})
     require(calculator || !o.given(option), kCommand, option,
             " belongs to the calculator: give --model or --config too");
+  for (const char* option : {"--requests", "--max-len", "--prompt-max", "--output-max"})
+    require(paged || !o.given(option), kCommand, option, " belongs to the paged waste: give --block-size too");
+  const auto demonstration_options = {"--d-model", "--heads",   "--kv-heads", "--head-dim", "--prompt", "--new-tokens",
+                                      "--step",    "--backend", "--dump",     "--load",     "--kv-quant"};
   if (calculator) {
-    for (const char* option : {"--d-model", "--heads", "--kv-heads", "--head-dim", "--prompt", "--new-tokens", "--step",
-                               "--backend", "--dump", "--load"})
+    require(!paged, kCommand, "--block-size belongs to the paged waste, not to the calculator (--model, --config)");
+    for (const char* option : demonstration_options)
       require(!o.given(option), kCommand, option,
               " belongs to the demonstration, not to the calculator (--model, --config)");
     return run_calculator(o, g);
+  }
+  if (paged) {
+    for (const char* option : demonstration_options)
+      require(!o.given(option), kCommand, option, " belongs to the demonstration, not to the paged waste (--block-size)");
+    return run_paged_waste(o, g);
+  }
+  if (quantized) {
+    for (const char* option : {"--step", "--backend", "--dump", "--load"})
+      require(!o.given(option), kCommand, option, " belongs to the registry's decode step, not to --kv-quant");
+    quant_formats(o.kv_quant, 2);  // the format's name, checked before anything runs
   }
 
   // --load: the registry's inputs from q.npy [h, d], k_cache.npy and v_cache.npy [g, capacity, d]
@@ -828,6 +1001,7 @@ int run(const Options& o, const GlobalOptions& g) {
       .work("the variants' attention over the cache", {8, n, n, width}, tokens_option)
       .work("the variants' projections", {8, n, l.d_model, width}, l.d_model >= n ? "--d-model" : tokens_option);
   cost.require_affordable(g, o);
+  if (quantized) return run_quantization(l, o.kv_quant, g);
 
   if (g.format != "json") {  // JSON is the registry's report alone
     std::cout << "KV cache: a layer of d_model " << l.d_model << " with " << l.heads << " query heads of " << l.head_dim
@@ -896,6 +1070,17 @@ Chapter TVLAB_CHAPTER_ENTRY() {
                ShowDefault::no);
     sub.option("--gpus", o->gpus, "calculator: GPUs available (0: say how many the cache needs)");
     sub.option("--gpu-memory", o->gpu_memory, "calculator: GB of memory per GPU");
+    sub.option("--block-size", o->block_size,
+               "paged waste: tokens per block; the KV slots a seeded workload reserves but does not fill, paged "
+               "against reserving --max-len");
+    sub.option("--requests", o->requests, "paged waste: requests of the workload");
+    sub.option("--max-len", o->max_len, "paged waste: the most tokens a request may hold (what preallocation reserves)");
+    sub.option("--prompt-max", o->prompt_max, "paged waste: prompt lengths uniform in [1, this]");
+    sub.option("--output-max", o->output_max, "paged waste: output lengths uniform in [1, this]");
+    sub.option("--kv-quant", o->kv_quant,
+               "int8|kivi|int4|fp8|all: the demonstration layer's cache quantized: bytes per token and the attention "
+               "error against float32",
+               ShowDefault::no);
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `tvlab kv` end to end: the demonstration and its sizes, --step, the KV-memory calculator with
-# every dtype, built-in models and config files, bad values of every option (one line naming the
+# `tvlab kv` end to end: the demonstration and its sizes, --step, the registry's versions, the
+# KV-memory calculator with every dtype, built-in models and config files, the paged waste
+# (--block-size), a quantized cache (--kv-quant), bad values of every option (one line naming the
 # option, exit status 2), --dump and --load.
 #   tests/05_kv_cache/cli_test.sh path/to/tvlab
 source "$(dirname "$0")/../common/cli_lib.sh"
@@ -90,6 +91,55 @@ check "kv: --new-tokens -1" 2 "--new-tokens" -- "$tvlab" kv --new-tokens -1
 check "kv: --step without a new token" 2 "--new-tokens" -- "$tvlab" kv --step --new-tokens 0
 check "kv: a run too large for the memory" 2 "--" -- "$tvlab" kv --prompt 2000000000 --max-memory 1G
 check "kv: an unknown --backend" 2 "--backend" -- "$tvlab" kv --backend fastest
+
+# The registry: every version of the decode step is a backend; MLA's versions run no step of this command.
+check "kv --backend list" 0 "" -- "$tvlab" kv --backend list
+for name in ref opt opt_v1 opt_v2 opt_absorbed_v1 opt_absorbed_v2 cuda student; do
+  grep -q "^  $name " "$tmp/out" && pass "--backend list names $name" || fail "--backend list does not name $name"
+done
+check "kv --backend opt_v1" 0 "" -- "$tvlab" kv --backend opt_v1
+grep -q "opt_v1:  decode" "$tmp/out" && pass "--backend opt_v1 runs the decode step" || fail "--backend opt_v1 printed no decode error"
+check "kv --backend opt_absorbed_v2" 2 "provides none of the functions" -- "$tvlab" kv --backend opt_absorbed_v2
+
+# The paged waste over a seeded ShareGPT-like workload: preallocating 2048 tokens wastes about 76%,
+# blocks of 16 about 1.5%; the unused slots of a last block average about (b - 1)/2.
+check "kv --block-size 16" 0 "" -- "$tvlab" kv --block-size 16 --requests 2000 --seed 3
+grep -qE "reserve L_max = 2048 +7[5-7]\.[0-9]%" "$tmp/out" && pass "--block-size: preallocation wastes about 76%" \
+  || fail "--block-size: preallocation's waste is not about 76%"
+grep -qE "paged, b = 16 +1\.[0-9]%" "$tmp/out" && pass "--block-size 16: paging wastes under 2%" || fail "--block-size 16: paged waste not 1.x%"
+check "kv --block-size 256" 0 "" -- "$tvlab" kv --block-size 256 --requests 500 --max-len 4096 --prompt-max 100 --output-max 100
+grep -qE "paged, b = 256 +[5-9][0-9]\.[0-9]%" "$tmp/out" && pass "--block-size 256 on ~100-token requests: most of a block unused" \
+  || fail "--block-size 256: short requests should waste most of a block"
+check "kv --block-size --json" 0 "" -- "$tvlab" kv --block-size 32 --json
+json_chapter_is 05_kv_cache
+check "kv: --block-size 0" 2 "--block-size" -- "$tvlab" kv --block-size 0
+check "kv: --block-size over --max-len" 2 "--block-size" -- "$tvlab" kv --block-size 4096
+check "kv: --requests 0" 2 "--requests" -- "$tvlab" kv --block-size 16 --requests 0
+check "kv: --max-len shorter than a request" 2 "--max-len" -- "$tvlab" kv --block-size 16 --max-len 900
+check "kv: --prompt-max -1" 2 "--prompt-max" -- "$tvlab" kv --block-size 16 --prompt-max -1
+check "kv: --output-max 0" 2 "--output-max" -- "$tvlab" kv --block-size 16 --output-max 0
+check "kv: --requests without --block-size" 2 "--requests" -- "$tvlab" kv --requests 10
+check "kv: --block-size with the calculator" 2 "--block-size" -- "$tvlab" kv --model llama-3-8b --block-size 16
+check "kv: --heads with --block-size" 2 "--heads" -- "$tvlab" kv --block-size 16 --heads 8
+check "kv: too many requests for the memory" 2 "--requests" -- "$tvlab" kv --block-size 16 --requests 4000000000 --max-memory 1G
+
+# A quantized cache on the demonstration layer: bytes per token against float32's 2 g d_k 4 = 64, and
+# the attention error within the reference's bound.
+check "kv --kv-quant all" 0 "" -- "$tvlab" kv --kv-quant all
+grep -qE "^  int8 +32 +0\.500" "$tmp/out" && pass "--kv-quant int8: 16 codes + 4 scales x 4 B = 32 bytes, half of fp32" \
+  || fail "--kv-quant int8: not 32 bytes"
+for format in kivi int4 fp8; do
+  grep -qE "^  $format " "$tmp/out" && pass "--kv-quant all shows $format" || fail "--kv-quant all does not show $format"
+done
+check "kv --kv-quant int4 at d_k 128" 0 "" -- "$tvlab" kv --kv-quant int4 --heads 8 --kv-heads 2 --head-dim 128
+grep -qE "^  int4 +384 +0\.188" "$tmp/out" && pass "--kv-quant int4, d_k 128: 256 codes + 32 scales and minimums = 384 bytes" \
+  || fail "--kv-quant int4 at d_k 128: not 384 bytes"
+check "kv --kv-quant --json" 0 "" -- "$tvlab" kv --kv-quant fp8 --json
+json_chapter_is 05_kv_cache
+check "kv: an unknown --kv-quant" 2 "--kv-quant" -- "$tvlab" kv --kv-quant int3
+check "kv: --kv-quant with --step" 2 "--step" -- "$tvlab" kv --kv-quant int8 --step
+check "kv: --kv-quant with the calculator" 2 "--kv-quant" -- "$tvlab" kv --model llama-3-8b --kv-quant int8
+check "kv: --kv-quant with --block-size" 2 "--kv-quant" -- "$tvlab" kv --block-size 16 --kv-quant int8
 
 # --dump, then --load of the dump: the same outputs; broken files named.
 check "kv --dump" 0 "" -- "$tvlab" kv --backend ref --dump "$tmp/npy"

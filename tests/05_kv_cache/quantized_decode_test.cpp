@@ -18,8 +18,9 @@
 #include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
+#include "tvlab/opt/bf16_kv_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
-#include "tvlab/opt/quantized_kv_decode.hpp"
+#include "tvlab/opt/quantized_kv_attention.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/quantized_kv_attention.hpp"
@@ -137,7 +138,7 @@ TEST(QuantizedKvDecode, every_format_equals_the_double_reference_for_mha_gqa_and
       const Tensor2 expected = ref::quantized_kv_decode_attention(q, k, v);
       const Tolerance tol = tolerance_of(q, dequantize_kv(k), dequantize_kv(v), s.length);
       for (std::size_t splits : {std::size_t{0}, std::min<std::size_t>(3, s.length)}) {
-        const Tensor2 got = quantized_kv_decode_attention(q, k, v, s.length, std::nullopt, splits);
+        const Tensor2 got = quantized_kv_decode_attention_split_k(q, k, v, s.length, std::nullopt, splits);
         EXPECT_TRUE(matches(got, xt::eval(xt::cast<double>(expected)), tol,
                             {label_of(s, f.name) + ", splits " + std::to_string(splits), {"h", "c"}, seed, "",
                              "each block of codes dequantized to x^ = s q (+ z) with its group's scale, then "
@@ -161,7 +162,7 @@ TEST(QuantizedKvDecode, attends_to_the_first_length_positions_of_a_longer_cache)
       poison_past(v, s.length);
       const Tensor3 k_hat = dequantize_kv(k), v_hat = dequantize_kv(v);
       const auto expected = ref::gqa_decode_attention(q, k_hat, v_hat, s.length);
-      const Tensor2 got = quantized_kv_decode_attention(q, k, v, s.length);
+      const Tensor2 got = quantized_kv_decode_attention_split_k(q, k, v, s.length, std::nullopt, 0);
       EXPECT_TRUE(matches(got, xt::eval(xt::cast<double>(expected.out)), tolerance_of(q, k_hat, v_hat, s.length),
                           {label_of(s, f.name) + " of capacity 320", {"h", "c"}, seed, "",
                            "only positions t < length are read (the scales past it are NaN)"}));
@@ -181,7 +182,7 @@ TEST(QuantizedKvDecode, the_error_against_the_float_cache_stays_within_the_refer
     const Tensor3 v = rng.normal_tensor(s.kv_heads, s.length, s.d);
     const QuantizedKv kq = quantize_kv(k, f.key), vq = quantize_kv(v, f.value);
     const auto exact = ref::gqa_decode_attention(q, k, v, s.length);  // double, rounded to float once
-    const Tensor2 got = quantized_kv_decode_attention(q, kq, vq, s.length);
+    const Tensor2 got = quantized_kv_decode_attention(q, kq, vq);
     const Tensor2 bound = ref::quantized_kv_attention_error_bound(q, kq, vq);
     const Tolerance rounding = tolerance_of(q, dequantize_kv(kq), dequantize_kv(vq), s.length);
     double worst_error = 0.0, worst_bound = 0.0;
@@ -217,7 +218,7 @@ TEST(QuantizedKvDecode, every_finite_e4m3_code_is_read_as_its_value) {
       v.codes[t * d + c] = (code & 0x7f) == 0x7f ? static_cast<std::uint8_t>(code - 1) : code;
     }
   const Tensor2 q = Rng(1).normal_matrix(2, d);
-  const Tensor2 got = quantized_kv_decode_attention(q, k, v, n);
+  const Tensor2 got = quantized_kv_decode_attention(q, k, v);
   for (std::size_t c = 0; c < d; ++c) {
     double mean = 0.0, largest = 0.0;
     for (std::size_t t = 0; t < n; ++t) {
@@ -238,12 +239,12 @@ TEST(QuantizedKvDecode, bad_input_is_an_error_naming_the_parameter) {
   const QuantizedKv k = quantize_kv(rng.normal_tensor(g, n, d), int8_per_token(d));
   const QuantizedKv v = quantize_kv(rng.normal_tensor(g, n, d), int8_per_token(d));
   auto decode = [&](const Tensor2& query, const QuantizedKv& keys, const QuantizedKv& values, std::size_t length) {
-    return quantized_kv_decode_attention(query, keys, values, length);
+    return quantized_kv_decode_attention_split_k(query, keys, values, length, std::nullopt, 0);
   };
   EXPECT_TRUE(throws_error_naming([&] { decode(q, k, v, 0); }, {"quantized_kv_decode_attention", "length (0)"}));
   EXPECT_TRUE(throws_error_naming([&] { decode(q, k, v, n + 1); }, {"length (8)", "capacity = 7"}));
-  EXPECT_TRUE(throws_error_naming([&] { quantized_kv_decode_attention(q, k, v, n, std::nullopt, n + 1); }, {"splits (8)"}));
-  EXPECT_TRUE(throws_error_naming([&] { quantized_kv_decode_attention(q, k, v, n, -1.0); }, {"scale"}));
+  EXPECT_TRUE(throws_error_naming([&] { quantized_kv_decode_attention_split_k(q, k, v, n, std::nullopt, n + 1); }, {"splits (8)"}));
+  EXPECT_TRUE(throws_error_naming([&] { quantized_kv_decode_attention_split_k(q, k, v, n, -1.0, 0); }, {"scale"}));
   // Shapes that do not fit together.
   const QuantizedKv v_longer = quantize_kv(rng.normal_tensor(g, n + 1, d), int8_per_token(d));
   EXPECT_TRUE(throws_error_naming([&] { decode(q, k, v_longer, n); }, {"v has shape [2, 8, 6]", "the shape of k"}));

@@ -1,10 +1,11 @@
 #pragma once
 // Split-K flash-decoding (chapter 05), written once for every KV cache the chapter decodes: float
-// caches in either layout (gqa_decode.cpp, kv_layout_decode.cpp) and caches of narrower numbers
-// (bf16, INT8, INT4, FP8: quantized_kv_decode.cpp). The kernel asks a cache for a block of key
-// rows and a block of value rows at a time, as floats; a float cache hands out a pointer into
-// itself, a quantized cache dequantizes the block into a small per-thread buffer first. The
-// scores, the online softmax, P V and the merge of the splits are the same for all of them.
+// caches in either layout (gqa_decode.cpp, kv_layout_decode.cpp), paged ones (paged_decode.cpp)
+// and caches of narrower numbers (bf16: bf16_kv_decode.cpp; INT8, INT4, FP8:
+// quantized_kv_attention.cpp). The kernel asks a cache for a block of key rows and a block of value
+// rows at a time, as floats; a float cache hands out a pointer into itself, a quantized cache
+// dequantizes the block into a small per-thread buffer first. The scores, the online softmax, P V
+// and the merge of the splits are the same for all of them.
 
 #include <omp.h>
 

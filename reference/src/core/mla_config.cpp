@@ -3,7 +3,6 @@
 #include <cmath>
 #include <string_view>
 
-#include "tvlab/analysis/kv_memory.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/model_config.hpp"
 
@@ -137,9 +136,9 @@ std::size_t mla_cache_floats_per_token(const MlaConfig& cfg, MlaPath path) {
     // (summed as size_t: the int sum could overflow)
     return heads * (size(cfg.qk_nope_head_dim) + size(cfg.qk_rope_head_dim)) + heads * size(cfg.v_head_dim);
   }
-  // d_c + d_h^R: the latent and the one RoPE key every head shares; the count is the KV-memory
-  // calculator's, so the layer and the calculators cannot disagree.
-  return static_cast<std::size_t>(analysis::mla_kv_elements_per_token(cfg.kv_lora_rank, cfg.qk_rope_head_dim));
+  // d_c + d_h^R: the latent and the one RoPE key every head shares. (The KV-memory calculator,
+  // analysis::mla_kv_elements_per_token, counts the same; the tests hold both to this closed form.)
+  return size(cfg.kv_lora_rank) + size(cfg.qk_rope_head_dim);
 }
 
 double mla_cache_bytes_per_token(const MlaConfig& cfg, MlaPath path, double bytes_per_element) {

@@ -1,8 +1,8 @@
 #pragma once
 /// @file
-/// One decode step over a KV cache of narrower numbers on the CPU (chapter 05): bf16, or INT8,
-/// INT4 and FP8 E4M3 codes with their scales (`tvlab/core/kv_quant.hpp`). Must match
-/// `tvlab::ref::bf16_kv_decode_attention` and `tvlab::ref::quantized_kv_decode_attention`.
+/// One decode step over a quantized KV cache on the CPU (chapter 05): INT8, INT4 and FP8 E4M3 codes
+/// with their scales (`tvlab/core/kv_quant.hpp`). Must match `tvlab::ref::quantized_kv_decode_attention`.
+/// (The bf16 cache, whose conversion is a shift, has its own step: `tvlab/opt/bf16_kv_decode.hpp`.)
 ///
 /// A decode step reads every cached key and value once and does about 4 flops with each, so it is
 /// limited by how many bytes it reads: a cache half or a quarter the size of float's is read in
@@ -33,26 +33,15 @@
 #include <cstddef>
 #include <optional>
 
-#include "tvlab/core/kv_bf16.hpp"
 #include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/tensor.hpp"
-#include "tvlab/ref/gqa_decode.hpp"
 
 namespace tvlab::opt {
 
 /// @ingroup ch05
-/// The decode step over a bf16 cache: `gqa_decode_attention_v2` with each block of keys and of
-/// values widened to float (a 16-bit shift) in an L1 buffer as it is read. Same contract as
-/// `ref::bf16_kv_decode_attention`; `splits` as `gqa_decode_attention_v2` (0: chosen for this
-/// machine, at most `length`).
-ref::GqaDecodeOutput bf16_kv_decode_attention(const Tensor2& q, const Bf16Kv& k_cache, const Bf16Kv& v_cache,
-                                              std::size_t length, std::optional<double> scale = std::nullopt,
-                                              std::size_t splits = 0);
-
-/// @ingroup ch05
 /// The decode step over quantized keys and values, attending to their first `length` positions
-/// (the quantized tensors' `seq` is the cache's capacity): with `length = k.seq`, the contract of
-/// `ref::quantized_kv_decode_attention`,
+/// (the quantized tensors' `seq` is then the cache's capacity) with the positions cut into
+/// `splits` ranges, as `gqa_decode_attention_v2` cuts them (0: chosen for this machine):
 /// \f[ o_i = \sum_{t < \text{length}} \mathrm{softmax}_t\!\big(\text{scale}\; q_i \cdot \hat k_{g(i), t}\big)\, \hat v_{g(i), t}, \f]
 /// computed in float, the codes dequantized a block at a time inside the kernel (this file's
 /// comment). Every spec `validate_kv_quant_spec` accepts: INT8, INT4 or FP8 codes, per token or
@@ -63,10 +52,23 @@ ref::GqaDecodeOutput bf16_kv_decode_attention(const Tensor2& q, const Bf16Kv& k_
 /// @param k quantized keys `[num_kv_heads, capacity, head_dim]`
 /// @param v quantized values of the same shape (their spec may differ)
 /// @param length positions attended
-/// @param scale default \f$ 1/\sqrt{d_k} \f$
-/// @param splits as `gqa_decode_attention_v2` (0: chosen for this machine)
+/// @param scale \f$ 1/\sqrt{d_k} \f$ when absent
+/// @param splits ranges of positions (0: chosen for this machine)
 /// @return `[num_heads, head_dim]`
-Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v, std::size_t length,
-                                      std::optional<double> scale = std::nullopt, std::size_t splits = 0);
+Tensor2 quantized_kv_decode_attention_split_k(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v,
+                                              std::size_t length, std::optional<double> scale, std::size_t splits);
+
+/// @ingroup ch05
+/// The decode step over every position of quantized keys and values:
+/// `quantized_kv_decode_attention_split_k` with `length = k.seq` and the splits chosen for this
+/// machine. Same arguments, result (up to float rounding) and errors as
+/// `ref::quantized_kv_decode_attention`.
+/// @param q `[num_heads, head_dim]`, num_heads a multiple of k's heads
+/// @param k quantized keys `[num_kv_heads, seq, head_dim]`
+/// @param v quantized values of the same shape (their spec may differ)
+/// @param scale default \f$ 1/\sqrt{d_k} \f$
+/// @return `[num_heads, head_dim]`
+Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v,
+                                      std::optional<double> scale = {});
 
 }  // namespace tvlab::opt

@@ -1,4 +1,4 @@
-#include "tvlab/opt/quantized_kv_decode.hpp"
+#include "tvlab/opt/quantized_kv_attention.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -9,44 +9,12 @@
 
 #include "tvlab/core/error.hpp"
 
+#include "detail/converted_rows.hpp"
 #include "detail/decode_checks.hpp"
 #include "detail/split_decode.hpp"
 
 namespace tvlab::opt {
 namespace {
-
-// A cache converted to float on the way is requested 32 positions at a time, within the blocks of
-// every decode step (detail::kDecodeBlock: keys and values still read in long runs, each a
-// sequential stream for the hardware prefetchers), so that the float rows of a piece (32 x 128
-// floats, 16 KiB) are still in L1 when the scores or P V read them.
-constexpr std::size_t kPiece = 32;
-static_assert(detail::kDecodeBlock % kPiece == 0, "a block is a whole number of pieces");
-
-// ------------------------------------------------------------------------------------------ bf16
-
-// Rows of a bf16 cache widened to float: a bf16 value's bits are the top 16 bits of the float it
-// stands for, so x = bits << 16, exactly.
-struct Bf16Rows {
-  const Bf16Kv& cache;
-
-  bool needs_buffer(std::size_t) const { return true; }
-  detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
-    const std::size_t d = cache.head_dim;
-    const std::uint16_t* bits = cache.bits.data() + (kv * cache.capacity + first) * d;
-    for (std::size_t c = 0; c < count; ++c) {
-      const std::uint16_t* row = bits + c * d;
-      float* out = buffer + c * width;
-#pragma omp simd
-      for (std::size_t e = 0; e < d; ++e) {
-        const std::uint32_t widened = static_cast<std::uint32_t>(row[e]) << 16;
-        std::memcpy(out + e, &widened, sizeof widened);
-      }
-    }
-    return {buffer, width};
-  }
-};
-
-// ------------------------------------------------------------------------------------- quantized
 
 // E4M3 bits b = s.eeee.mmm as a float, by moving the bits into place: with the 7 bits below the
 // sign at float's bits 26..20 (float's exponent field then holds eeee, its mantissa starts with
@@ -209,21 +177,8 @@ void validate_quantized(const char* function, const char* name, const QuantizedK
 
 }  // namespace
 
-ref::GqaDecodeOutput bf16_kv_decode_attention(const Tensor2& q, const Bf16Kv& k_cache, const Bf16Kv& v_cache,
+Tensor2 quantized_kv_decode_attention_split_k(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v,
                                               std::size_t length, std::optional<double> scale, std::size_t splits) {
-  constexpr const char* function = "bf16_kv_decode_attention";
-  validate_bf16_kv(function, "k_cache", k_cache);
-  validate_bf16_kv(function, "v_cache", v_cache);
-  const detail::SplitDecodeShape shape = detail::validate_split_decode(
-      function, q, "k_cache", {k_cache.heads, k_cache.capacity, k_cache.head_dim}, "v_cache",
-      {v_cache.heads, v_cache.capacity, v_cache.head_dim}, length, scale, splits, kPiece);
-  ref::GqaDecodeOutput result{Tensor2::from_shape({shape.heads, shape.d_v}), Tensor1::from_shape({shape.heads})};
-  detail::split_k_decode(q.data(), shape, Bf16Rows{k_cache}, Bf16Rows{v_cache}, result.out.data(), result.lse.data());
-  return result;
-}
-
-Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v, std::size_t length,
-                                      std::optional<double> scale, std::size_t splits) {
   constexpr const char* function = "quantized_kv_decode_attention";
   validate_quantized(function, "k", k);
   validate_quantized(function, "v", v);
@@ -231,11 +186,16 @@ Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, co
           v.seq, ", ", v.head_dim, "], expected [", k.heads, ", ", k.seq, ", ", k.head_dim, "] (the shape of k)");
   const detail::SplitDecodeShape shape =
       detail::validate_split_decode(function, q, "k", {k.heads, k.seq, k.head_dim}, "v", {v.heads, v.seq, v.head_dim},
-                                    length, scale, splits, kPiece);
+                                    length, scale, splits, detail::kConvertedPiece);
   Tensor2 out = Tensor2::from_shape({shape.heads, shape.d_v});
   std::vector<float> lse(shape.heads);
   detail::split_k_decode(q.data(), shape, QuantizedRows{k}, QuantizedRows{v}, out.data(), lse.data());
   return out;
+}
+
+Tensor2 quantized_kv_decode_attention(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v,
+                                      std::optional<double> scale) {
+  return quantized_kv_decode_attention_split_k(q, k, v, k.seq, scale, 0);
 }
 
 }  // namespace tvlab::opt
