@@ -3,7 +3,7 @@
 #include "tvlab/cuda/kv_decode.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
-#include "tvlab/opt/paged_decode.hpp"
+#include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/mla_decode.hpp"
 #include "tvlab/ref/paged_attention.hpp"
