@@ -271,6 +271,16 @@ void PagedKvCache::append_tokens(const char* function, SequenceId seq, const Ten
     return e;
   };
   const Encoded k_encoded = encode(k), v_encoded = encode(v);
+  // The largest code times its scale, s Q, is the largest value read back: within float's range
+  // unless max|x| lies within a rounding of float's largest value.
+  if (is_quantized(cfg_.storage)) {
+    const double q_max = cfg_.storage == PagedKvStorage::int8 ? 127.0 : double{kE4m3Max};
+    for (const auto& [name, x] : {std::pair<const char*, const Encoded*>{k_name, &k_encoded}, {v_name, &v_encoded}})
+      for (const float scale : x->quantized.scales)
+        require(std::isfinite(static_cast<float>(scale * q_max)), function, name, " holds a value of magnitude ",
+                scale * q_max, ": its ", storage_name(cfg_.storage), " scale s = max|x| / ", q_max,
+                " times the largest code overflows float when read back");
+  }
   Sequence& target = sequences_.at(seq);
   for (std::size_t t = 0; t < k.shape()[1]; ++t) store_token(target, k_encoded, v_encoded, t);
 }
