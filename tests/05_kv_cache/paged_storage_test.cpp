@@ -58,14 +58,16 @@ const Shape kShapes[] = {
 };
 
 // The tokens of a sequence, and a cache in `storage` holding them behind a spacer sequence (so
-// that its blocks are not 0, 1, 2, ...). Keys have an outlier so that the softmax is not flat.
+// that its blocks are not 0, 1, 2, ...). Keys have an outlier so that the softmax is not flat
+// (unless `zero_keys`: every key 0).
 struct Stored {
   PagedKvCache cache;
   SequenceId seq;
   Tensor2 q;
   Tensor3 k, v;  // the floats appended
 };
-Stored make_stored(const Shape& s, PagedKvStorage storage, std::uint64_t seed, std::size_t spare_blocks = 2) {
+Stored make_stored(const Shape& s, PagedKvStorage storage, std::uint64_t seed, std::size_t spare_blocks = 2,
+                   bool zero_keys = false) {
   Rng rng(seed);
   const std::size_t blocks = (s.length + s.block_size - 1) / s.block_size;
   Stored st{PagedKvCache({.num_blocks = blocks + spare_blocks,
@@ -76,6 +78,7 @@ Stored make_stored(const Shape& s, PagedKvStorage storage, std::uint64_t seed, s
             0, rng.normal_matrix(s.heads, s.d), rng.normal_tensor(s.kv_heads, s.length, s.d),
             rng.normal_tensor(s.kv_heads, s.length, s.d)};
   st.k(0, s.length / 2, 0) = 6.0f;
+  if (zero_keys) st.k.fill(0.0f);
   const SequenceId spacer = st.cache.add_sequence();
   st.cache.append(spacer, rng.normal_matrix(s.kv_heads, s.d), rng.normal_matrix(s.kv_heads, s.d));
   st.seq = st.cache.add_sequence();
@@ -157,58 +160,66 @@ TEST_P(PagedStorageDecode, equals_attention_over_the_dequantized_gathered_cache)
 // plus the step's own float rounding. The half steps: s/2 for INT8 (s the slot's scale),
 // s u(q)/2 for E4M3 (u(q) the spacing of E4M3 values at the code's value: 2^{e-3} in [2^e, 2^{e+1}),
 // 2^{-9} below 2^{-6}), and 2^{-8} |x| for bf16 (8 significant bits, rounded to nearest).
+// Two inputs: random keys (queries of a quarter of the usual size, so that eps stays small), and
+// keys all 0, which every format stores exactly: the weights are then exact (eps = 0) and the bound
+// is the values' half step alone, tight enough to catch values read with a wrong scale.
 TEST_P(PagedStorageDecode, differs_from_the_fp32_cache_within_the_format_step) {
   const auto& [backend, c] = GetParam();
   if (c.storage == PagedKvStorage::fp32) GTEST_SKIP() << "fp32 is the cache the others are compared with";
   if (backend.kind == BackendKind::cuda) GTEST_SKIP() << "the CUDA kernel reads fp32 pools only";
   const Shape s = kShapes[0];
-  const std::uint64_t seed = 5000 + static_cast<std::uint64_t>(c.storage);
-  const Stored st = make_stored(s, c.storage, seed);
-  const std::vector<std::size_t>& table = st.cache.block_table(st.seq);
   const std::size_t b = s.block_size, d = s.d;
-  // dX(j, t, e): the half step of element e of token t of kv head j, from what the pool holds.
-  auto half_step = [&](bool keys, std::size_t j, std::size_t t, std::size_t e) {
-    const double x = keys ? st.k(j, t, e) : st.v(j, t, e);
-    if (c.storage == PagedKvStorage::bf16) return std::ldexp(std::fabs(x), -8);
-    const std::size_t row = (table[t / b] * s.kv_heads + j) * b + t % b;
-    const double scale = keys ? st.cache.key_scales()[row] : st.cache.value_scales()[row];
-    if (c.storage == PagedKvStorage::int8) return scale / 2;
-    const double y = std::fabs(e4m3_bits_to_float(keys ? st.cache.key_codes()[row * d + e] : st.cache.value_codes()[row * d + e]));
-    const double spacing = y < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(y) - 3);
-    return scale * spacing / 2;
-  };
-  const Tensor3 v_hat = st.cache.gather_values(st.seq);
-  const Oracle exact = oracle(st.q, st.k, st.v, s.length);
-  const DecodeAttention got = backend.paged_decode(st.q, st.cache, table, s.length, {});
-  const Tolerance rounding = rounding_of(s);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  double worst_error = 0.0, worst_bound = 0.0;
-  for (std::size_t i = 0; i < s.heads; ++i) {
-    const std::size_t j = i / (s.heads / s.kv_heads);
-    double eps = 0.0;
-    for (std::size_t t = 0; t < s.length; ++t) {
-      double shift = 0.0;
-      for (std::size_t e = 0; e < d; ++e) shift += std::fabs(double{st.q(i, e)}) * half_step(true, j, t, e);
-      eps = std::max(eps, scale * shift);
-    }
-    for (std::size_t e = 0; e < d; ++e) {
-      double dv = 0.0, hi = -HUGE_VAL, lo = HUGE_VAL;
+  for (const bool zero_keys : {false, true}) {
+    const std::uint64_t seed = 5000 + static_cast<std::uint64_t>(c.storage);
+    const Stored st = make_stored(s, c.storage, seed, 2, zero_keys);
+    const std::vector<std::size_t>& table = st.cache.block_table(st.seq);
+    const std::string what = label_of(s, c.storage) + (zero_keys ? ", keys 0" : ", random keys");
+    // dX(j, t, e): the half step of element e of token t of kv head j, from what the pool holds.
+    auto half_step = [&](bool keys, std::size_t j, std::size_t t, std::size_t e) {
+      const double x = keys ? st.k(j, t, e) : st.v(j, t, e);
+      if (c.storage == PagedKvStorage::bf16) return std::ldexp(std::fabs(x), -8);
+      const std::size_t row = (table[t / b] * s.kv_heads + j) * b + t % b;
+      const double scale = keys ? st.cache.key_scales()[row] : st.cache.value_scales()[row];
+      if (c.storage == PagedKvStorage::int8) return scale / 2;
+      const std::uint8_t code = keys ? st.cache.key_codes()[row * d + e] : st.cache.value_codes()[row * d + e];
+      const double y = std::fabs(e4m3_bits_to_float(code));
+      const double spacing = y < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(y) - 3);
+      return scale * spacing / 2;
+    };
+    const Tensor2 q = 0.25f * st.q;
+    const Tensor3 v_hat = st.cache.gather_values(st.seq);
+    const Oracle exact = oracle(q, st.k, st.v, s.length);
+    const DecodeAttention got = backend.paged_decode(q, st.cache, table, s.length, {});
+    const Tolerance rounding = rounding_of(s);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    double worst_error = 0.0, worst_bound = 0.0;
+    for (std::size_t i = 0; i < s.heads; ++i) {
+      const std::size_t j = i / (s.heads / s.kv_heads);
+      double eps = 0.0;
       for (std::size_t t = 0; t < s.length; ++t) {
-        dv = std::max(dv, half_step(false, j, t, e));
-        hi = std::max(hi, double{v_hat(j, t, e)});
-        lo = std::min(lo, double{v_hat(j, t, e)});
+        double shift = 0.0;
+        for (std::size_t e = 0; e < d; ++e) shift += std::fabs(double{q(i, e)}) * half_step(true, j, t, e);
+        eps = std::max(eps, scale * shift);
       }
-      const double bound = dv + (1 - std::exp(-2 * eps)) * (hi - lo + 2 * dv);
-      const double error = std::fabs(double{got.out(i, e)} - exact.out(i, e));
-      EXPECT_LE(error, bound + rounding.atol + rounding.rtol * std::fabs(exact.out(i, e)))
-          << label_of(s, c.storage) << " at (head " << i << ", c " << e << "), seed " << seed;
-      worst_error = std::max(worst_error, error);
-      worst_bound = std::max(worst_bound, bound);
+      for (std::size_t e = 0; e < d; ++e) {
+        double dv = 0.0, hi = -HUGE_VAL, lo = HUGE_VAL;
+        for (std::size_t t = 0; t < s.length; ++t) {
+          dv = std::max(dv, half_step(false, j, t, e));
+          hi = std::max(hi, double{v_hat(j, t, e)});
+          lo = std::min(lo, double{v_hat(j, t, e)});
+        }
+        const double bound = dv + (1 - std::exp(-2 * eps)) * (hi - lo + 2 * dv);
+        const double error = std::fabs(double{got.out(i, e)} - exact.out(i, e));
+        EXPECT_LE(error, bound + rounding.atol + rounding.rtol * std::fabs(exact.out(i, e)))
+            << what << " at (head " << i << ", c " << e << "), seed " << seed;
+        worst_error = std::max(worst_error, error);
+        worst_bound = std::max(worst_bound, bound);
+      }
     }
+    ::testing::Test::RecordProperty(what + ": max error", std::to_string(worst_error));
+    ::testing::Test::RecordProperty(what + ": max bound", std::to_string(worst_bound));
+    EXPECT_GT(worst_error, rounding.atol) << what << ": the narrow format should change the output";
   }
-  ::testing::Test::RecordProperty(std::string(storage_name(c.storage)) + ": max error", std::to_string(worst_error));
-  ::testing::Test::RecordProperty(std::string(storage_name(c.storage)) + ": max bound", std::to_string(worst_bound));
-  EXPECT_GT(worst_error, rounding.atol) << storage_name(c.storage) << ": the narrow format should change the output";
 }
 
 // Beam search's pattern in a narrow cache: two forks of a prompt write their own tokens (the shared
