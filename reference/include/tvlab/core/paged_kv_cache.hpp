@@ -14,9 +14,11 @@
 /// as the paper's Section 4.4 describes.
 ///
 /// The pool may hold the keys and values in a narrower format than float, chosen once for the
-/// whole cache (`PagedKvConfig::storage`) and applied as each token is appended, as vLLM does with
-/// `kv_cache_dtype="fp8"`: bf16 (the top 16 bits of the float, rounded to nearest even), or INT8
-/// or FP8 E4M3 codes with one float scale per token and kv head (the per-token conventions of
+/// whole cache (`PagedKvConfig::storage`) and applied as each token is appended, as vLLM's
+/// `kv_cache_dtype="fp8"` writes each new token's codes into its block: bf16 (the top 16 bits of
+/// the float, rounded to nearest even), or INT8 or FP8 E4M3 codes with one float scale per token and
+/// kv head, computed from the token itself (vLLM's FP8 scales are per tensor or per kv head,
+/// calibrated beforehand; per token needs no calibration and follows the per-token conventions of
 /// `tvlab/core/kv_quant.hpp`: \f$ s = \max_c |x_c| / 127 \f$, \f$ q = \mathrm{round}(x / s) \f$ for
 /// INT8; \f$ s = \max_c |x_c| / 448 \f$, \f$ q = \mathrm{e4m3}(x / s) \f$ for E4M3; \f$ \hat x = s\,q \f$).
 /// Blocks, tables, forks and copy-on-write work the same whatever the storage: a block's codes and
