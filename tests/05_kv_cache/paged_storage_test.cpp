@@ -455,6 +455,8 @@ TEST(PagedStorage, bad_input_is_an_error_naming_the_parameter) {
                           .storage = static_cast<PagedKvStorage>(9)});
       },
       {"cfg.storage"}));
+  EXPECT_TRUE(throws_error_naming([] { paged_kv_bytes_per_token(static_cast<PagedKvStorage>(-1), 8, 128); },
+                                  {"storage (-1)", "fp8_e4m3"}));
 }
 
 }  // namespace

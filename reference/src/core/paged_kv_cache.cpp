@@ -27,16 +27,16 @@ bool is_quantized(PagedKvStorage storage) {
   return storage == PagedKvStorage::int8 || storage == PagedKvStorage::fp8_e4m3;
 }
 
-void require_known_storage(const char* function, PagedKvStorage storage) {
+void require_known_storage(const char* function, const char* name, PagedKvStorage storage) {
   const auto value = static_cast<int>(storage);
   require(value >= static_cast<int>(PagedKvStorage::fp32) && value <= static_cast<int>(PagedKvStorage::fp8_e4m3),
-          function, "cfg.storage (", value, ") is not a PagedKvStorage: fp32, bf16, int8 or fp8_e4m3");
+          function, name, " (", value, ") is not a PagedKvStorage: fp32, bf16, int8 or fp8_e4m3");
 }
 
 }  // namespace
 
 std::size_t paged_kv_bytes_per_token(PagedKvStorage storage, std::size_t num_kv_heads, std::size_t head_dim) {
-  require_known_storage("paged_kv_bytes_per_token", storage);
+  require_known_storage("paged_kv_bytes_per_token", "storage", storage);
   const std::size_t elements = 2 * num_kv_heads * head_dim;  // keys and values
   switch (storage) {
     case PagedKvStorage::fp32: return elements * sizeof(float);
@@ -50,7 +50,7 @@ void validate_paged_kv_config(const char* function, const PagedKvConfig& cfg) {
   require_positive(function, "cfg.block_size", cfg.block_size);
   require_positive(function, "cfg.num_kv_heads", cfg.num_kv_heads);
   require_positive(function, "cfg.head_dim", cfg.head_dim);
-  require_known_storage(function, cfg.storage);
+  require_known_storage(function, "cfg.storage", cfg.storage);
 }
 
 PagedKvCache::PagedKvCache(const PagedKvConfig& cfg) : cfg_(cfg) {
