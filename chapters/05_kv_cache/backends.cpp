@@ -5,7 +5,7 @@
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
-#include "tvlab/opt/paged_decode.hpp"
+#include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/opt/quantized_kv_attention.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_decode.hpp"

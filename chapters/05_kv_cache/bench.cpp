@@ -6,7 +6,7 @@
 // counted). Every version is validated against the double reference before it is timed.
 //
 // Then the same step over the cache stored in bf16, INT8, FP8 and INT4 and laid out per token; over
-// a paged cache; MLA's absorbed decode against the naive one; generating T tokens with and without
+// a paged cache, in fp32 and in bf16, INT8 and FP8 pages; MLA's absorbed decode against the naive one; generating T tokens with and without
 // a cache; and the CUDA kernels where a device is present (noted as not timed otherwise). The
 // versions are timed by name (v1, v2, ...) rather than through the registry, so that the lesson can
 // compare the steps of one backend.
@@ -38,7 +38,7 @@
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
-#include "tvlab/opt/paged_decode.hpp"
+#include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/opt/quantized_kv_attention.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
@@ -560,6 +560,61 @@ void register_paged_and_mla_benchmarks() {
                     [=](benchmark::internal::Benchmark* b) { b->Arg(tokens)->ArgNames({"tokens"}); });
 }
 
+// (d) The paged step over a pool stored in fp32, bf16, INT8 or FP8 E4M3 (one scale per token and kv
+// head; PagedKvConfig::storage), quantized as the tokens are appended: the floats of
+// inputs_for(8, length) in pages of 16, the table shuffled as paged_inputs_for's. Each format's
+// request of up to 16 rows is dequantized into an L1 buffer inside the kernel
+// (tvlab/opt/paged_attention.hpp), so the bytes read per position are the format's
+// (PagedKvCache::bytes_per_token). One pool at a time.
+struct PagedStorageInputs {
+  PagedKvStorage storage = PagedKvStorage::fp32;
+  std::size_t length = 0;
+  std::unique_ptr<PagedKvCache> cache;
+  std::vector<std::size_t> table;
+};
+const PagedStorageInputs& paged_storage_inputs_for(PagedKvStorage storage, std::size_t length) {
+  static PagedStorageInputs held;
+  if (held.cache && held.storage == storage && held.length == length) return held;
+  held = PagedStorageInputs{};
+  const DecodeInputs& in = inputs_for(kGqaKvHeads, length);
+  held.cache = std::make_unique<PagedKvCache>(PagedKvConfig{.num_blocks = (length + kPagedBlockSize - 1) / kPagedBlockSize,
+                                                            .block_size = kPagedBlockSize,
+                                                            .num_kv_heads = kGqaKvHeads,
+                                                            .head_dim = kHeadDim,
+                                                            .storage = storage});
+  const SequenceId seq = held.cache->add_sequence();
+  held.cache->append(seq, in.k, in.v);
+  held.table = held.cache->block_table(seq);
+  std::shuffle(held.table.begin(), held.table.end(), std::mt19937_64(7));
+  held.storage = storage;
+  held.length = length;
+  return held;
+}
+
+// One paged step in `storage`, validated first against the reference over the same pool and table
+// on the first min(length, 4096) positions.
+void paged_storage_decode(benchmark::State& state, PagedKvStorage storage) {
+  const auto length = static_cast<std::size_t>(state.range(1));
+  const PagedStorageInputs& in = paged_storage_inputs_for(storage, length);
+  const Tensor2& q = inputs_for(kGqaKvHeads, length).q;
+  const std::size_t n = std::min(length, kValidatedLength);
+  if (!validate(state, opt::paged_decode_attention(q, *in.cache, in.table, n).out,
+                ref::paged_decode_attention_with_lse(q, *in.cache, in.table, n).out, decode_tolerance(n)))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(opt::paged_decode_attention(q, *in.cache, in.table, length));
+  report_cache_read(state, static_cast<double>(in.cache->bytes_per_token()), length);
+}
+
+void register_paged_storage_benchmarks() {
+  for (const PagedKvStorage storage :
+       {PagedKvStorage::fp32, PagedKvStorage::bf16, PagedKvStorage::int8, PagedKvStorage::fp8_e4m3})
+    add_benchmark(std::string("paged_storage_decode_") + storage_name(storage),
+                  [storage](benchmark::State& state) { paged_storage_decode(state, storage); },
+                  [](benchmark::internal::Benchmark* b) {
+                    b->Args({static_cast<std::int64_t>(kGqaKvHeads), 32768})->ArgNames({"g", "length"});
+                  });
+}
+
 // ------------------------------------------------------------ the CUDA decode kernels
 
 
@@ -749,6 +804,7 @@ void register_benchmarks() {
                       });
   register_quantized_and_layout_benchmarks();
   register_paged_and_mla_benchmarks();
+  register_paged_storage_benchmarks();
   register_cuda_decode_benchmarks();
 }
 

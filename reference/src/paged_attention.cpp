@@ -44,28 +44,27 @@ GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvC
   const double s = validate_paged_decode(fn, q, cache, block_table, context_len, scale);
   const std::size_t num_heads = q.shape()[0], d = cache.head_dim(), b = cache.block_size();
   const std::size_t group = num_heads / cache.num_kv_heads();
-  const Tensor4& keys = cache.key_blocks();
-  const Tensor4& values = cache.value_blocks();
   GqaDecodeOutput result{Tensor2::from_shape({num_heads, d}), Tensor1::from_shape({num_heads})};
   std::vector<double> scores(context_len);
   for (std::size_t i = 0; i < num_heads; ++i) {
     const std::size_t kv_head = i / group;  // g(i) = floor(i / (h / g))
-    // s_t = scale q_i . k_{g(i), t}, token t in block T[t / b], slot t mod b; m = max_t s_t
+    // s_t = scale q_i . k^_{g(i), t}, token t in block T[t / b], slot t mod b; m = max_t s_t. Each
+    // element is read as the pool stores it and dequantized on the spot (PagedKvCache::key_at).
     double m = -std::numeric_limits<double>::infinity();
     for (std::size_t t = 0; t < context_len; ++t) {
       const std::size_t block = block_table[t / b], slot = t % b;
       double dot = 0.0;
-      for (std::size_t c = 0; c < d; ++c) dot += double{q(i, c)} * double{keys(block, kv_head, slot, c)};
+      for (std::size_t c = 0; c < d; ++c) dot += double{q(i, c)} * cache.key_at(block, kv_head, slot, c);
       scores[t] = s * dot;
       m = std::max(m, scores[t]);
     }
-    // l = sum_t e^{s_t - m};  o_i = sum_t (e^{s_t - m} / l) v_{g(i), t}
+    // l = sum_t e^{s_t - m};  o_i = sum_t (e^{s_t - m} / l) v^_{g(i), t}
     double l = 0.0;
     for (std::size_t t = 0; t < context_len; ++t) l += std::exp(scores[t] - m);
     for (std::size_t c = 0; c < d; ++c) {
       double o = 0.0;
       for (std::size_t t = 0; t < context_len; ++t)
-        o += std::exp(scores[t] - m) / l * double{values(block_table[t / b], kv_head, t % b, c)};
+        o += std::exp(scores[t] - m) / l * cache.value_at(block_table[t / b], kv_head, t % b, c);
       result.out(i, c) = static_cast<float>(o);
     }
     result.lse(i) = static_cast<float>(m + std::log(l));  // L_i = m + ln l

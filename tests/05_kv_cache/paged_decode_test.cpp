@@ -14,7 +14,7 @@
 #include "../common/testing.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/rng.hpp"
-#include "tvlab/opt/paged_decode.hpp"
+#include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/ref/paged_attention.hpp"
 
 namespace tvlab::opt {

@@ -131,6 +131,8 @@ GqaDecodeOutput paged_decode(const Tensor2& q, const PagedKvCache& cache, std::s
                      std::size_t context_len, std::optional<double> scale, std::size_t requested_splits) {
   const char* fn = "paged_decode_attention";
   const double s = ref::validate_paged_decode(fn, q, cache, block_table, context_len, scale);
+  require(cache.storage() == PagedKvStorage::fp32, fn, "cache stores ", storage_name(cache.storage()),
+          "; the CUDA paged kernel reads fp32 pools only (use the ref or opt backend for bf16, int8 and fp8_e4m3)");
   device::DecodeArgs a;
   a.heads = q.shape()[0];
   a.kv_heads = cache.num_kv_heads();

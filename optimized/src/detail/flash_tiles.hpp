@@ -35,7 +35,7 @@ inline void keep_in_register([[maybe_unused]] FloatBatch& x) {
 /// Asks for the 64-byte cache line that holds `address` to be brought into L2, without waiting
 /// for it (a software prefetch: it never faults, and the load that later needs the line finds it
 /// near).
-inline void prefetch_line(const float* address) {
+inline void prefetch_line(const void* address) {
   constexpr int kIntoL2 = 2;  // __builtin_prefetch's locality: 3 = L1, 2 = L2
   __builtin_prefetch(address, 0, kIntoL2);
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Split-K flash-decoding (chapter 05), written once for every KV cache the chapter decodes: float
-// caches in either layout (gqa_decode.cpp, kv_layout_decode.cpp), paged ones (paged_decode.cpp)
+// caches in either layout (gqa_decode.cpp, kv_layout_decode.cpp), paged ones (paged_attention.cpp)
 // and caches of narrower numbers (bf16: bf16_kv_decode.cpp; INT8, INT4, FP8:
 // quantized_kv_attention.cpp). The kernel asks a cache for a block of key rows and a block of value
 // rows at a time, as floats; a float cache hands out a pointer into itself, a quantized cache

@@ -7,6 +7,11 @@
 /// result equals attention over the gathered, contiguous keys and values
 /// (`ref::scaled_dot_product_attention` over `gather_keys` and `gather_values`): pages change where
 /// the numbers are, not what is computed.
+///
+/// Whatever the cache's storage (`PagedKvStorage`: fp32, bf16, INT8 or FP8 E4M3), the reference
+/// reads each element as the pool holds it and dequantizes it in the loop (`PagedKvCache::key_at`:
+/// \f$ \hat k = s\,q \f$ with the slot's scale for the quantized formats), then accumulates in
+/// double: the result is attention over `gather_keys` and `gather_values`, the dequantized floats.
 /// @ingroup ch05
 
 #include <cstddef>
@@ -24,7 +29,8 @@ namespace tvlab::ref {
 /// `block_table` maps in `cache`:
 /// \f[ o_i = \sum_{t < n} \frac{e^{s_{it}}}{\sum_{t' < n} e^{s_{it'}}}\, v_{g(i), t}, \qquad
 ///     s_{it} = \text{scale}\; q_i \cdot k_{g(i), t}, \qquad g(i) = \lfloor i / (h / g) \rfloor, \f]
-/// where \f$ k_{g,t} \f$ is `cache.key_blocks()(T[t / b], g, t mod b, :)` (and \f$ v \f$ likewise):
+/// where \f$ k_{g,t} \f$ is `cache.key_at(T[t / b], g, t mod b, :)`, the key as the cache stores it
+/// (dequantized for the narrow storages; \f$ v \f$ likewise):
 /// query head \f$ i \f$ of \f$ h \f$ reads key/value head \f$ g(i) \f$ of the cache's \f$ g \f$
 /// (\f$ g = h \f$ is MHA, \f$ g = 1 \f$ MQA). This is the kernel's form (vLLM's kernel takes a block
 /// table and a context length per sequence); the table is checked against the cache

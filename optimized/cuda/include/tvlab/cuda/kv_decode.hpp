@@ -55,7 +55,8 @@ GqaDecodeOutput gqa_decode_attention_split_k(const Tensor2& q, const Tensor3& k_
 /// kernel of `gqa_decode_attention`, finding the row of token t in block `block_table[t / b]`,
 /// slot t mod b. The cache's two pools and the table's first \f$ \lceil n / b \rceil \f$ entries are
 /// copied to the device. Same checks as the reference (the table through
-/// `PagedKvCache::validate_block_table`), and the scale must also be representable in float.
+/// `PagedKvCache::validate_block_table`), and the scale must also be representable in float. Only
+/// fp32 pools: a cache in bf16, INT8 or FP8 storage is a `tvlab::Error` naming `cache`.
 GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                                std::size_t context_len, std::optional<double> scale = {});
 

@@ -1,0 +1,151 @@
+#include "tvlab/opt/paged_attention.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "tvlab/core/error.hpp"
+#include "tvlab/opt/gqa_decode.hpp"
+#include "tvlab/ref/paged_attention.hpp"
+
+#include "detail/decode_checks.hpp"
+#include "detail/kv_dequant_rows.hpp"
+#include "detail/split_decode.hpp"
+
+namespace tvlab::opt {
+namespace {
+
+// Where the rows of one pool (keys or values) of a paged cache lie, as split_k_decode requests
+// them: the pool [num_blocks, g, b, dim] seen through the block table, position t of kv head kv
+// being row ((T[t / b] g + kv) b + t mod b), dim elements. With `piece` = b the kernel never requests
+// positions of two pages at once, so a request is `count` consecutive rows of one page.
+struct PageMap {
+  std::span<const std::size_t> table;
+  std::size_t kv_heads, block_size, dim;
+  std::size_t length;  // positions the step attends to: no row past them is prefetched
+
+  std::size_t row(std::size_t kv, std::size_t t) const {
+    return (table[t / block_size] * kv_heads + kv) * block_size + t % block_size;
+  }
+
+  // Asks for row t of head kv of a pool of `bytes_per_row`-byte rows from `pool`, if t is attended
+  // (a software prefetch per 64-byte line). The narrow pools' sources ask for the row
+  // detail::kPrefetchDistance positions after each row they convert, as the float kernel does for
+  // the float pool (RowBlock::ahead): a page of b = 16 positions is a short run anywhere in the
+  // pool, where the hardware prefetcher, following a stream of addresses, restarts every time.
+  void prefetch_row(const void* pool, std::size_t bytes_per_row, std::size_t kv, std::size_t t) const {
+    if (t >= length) return;
+    const char* bytes = static_cast<const char*>(pool) + row(kv, t) * bytes_per_row;
+    for (std::size_t byte = 0; byte < bytes_per_row; byte += 64) detail::prefetch_line(bytes + byte);
+  }
+};
+
+// The float pool: a request is read in place, or (width > dim) copied into `buffer` [count, width],
+// whose padding the kernel keeps at 0.
+struct PagedRows {
+  const float* pool;
+  PageMap map;
+
+  // The rows kPrefetchDistance positions later lie in another page: the kernel prefetches them
+  // from `ahead` when they too lie in one page (always, when b divides the distance) and are
+  // attended.
+  detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
+    const float* start = pool + map.row(kv, first) * map.dim;
+    if (width != map.dim) {
+      for (std::size_t c = 0; c < count; ++c) std::copy_n(start + c * map.dim, map.dim, buffer + c * width);
+      return {buffer, width};
+    }
+    const std::size_t later = first + detail::kPrefetchDistance;
+    const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
+    return {start, map.dim, later + count <= map.length && one_page ? pool + map.row(kv, later) * map.dim : nullptr};
+  }
+  bool needs_buffer(std::size_t width) const { return width != map.dim; }
+};
+
+// The bf16 pool: a request's rows widened to float in the per-thread buffer (at most b rows, 8 KiB
+// at b = 16 and d = 128, which stays in L1 until the scores or P V read it).
+struct PagedBf16Rows {
+  const std::uint16_t* pool;
+  PageMap map;
+
+  detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
+    const std::uint16_t* start = pool + map.row(kv, first) * map.dim;
+    for (std::size_t c = 0; c < count; ++c) {
+      map.prefetch_row(pool, map.dim * sizeof(std::uint16_t), kv, first + c + detail::kPrefetchDistance);
+      detail::widen_bf16_row(start + c * map.dim, map.dim, buffer + c * width);
+    }
+    return {buffer, width};
+  }
+  bool needs_buffer(std::size_t) const { return true; }
+};
+
+// An INT8 or E4M3 pool: each row of a request dequantized into the buffer with its slot's scale,
+// x^ = s q or x^ = s e4m3(q) (`Dequantize`, from detail/kv_dequant_rows.hpp). The scales (one
+// float per row) are fetched ahead with the codes.
+template <void (*Dequantize)(const std::uint8_t*, std::size_t, float, float*)>
+struct PagedCodeRows {
+  const std::uint8_t* codes;
+  const float* scales;  // one per row
+  PageMap map;
+
+  detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
+    const std::size_t row = map.row(kv, first);
+    for (std::size_t c = 0; c < count; ++c) {
+      map.prefetch_row(codes, map.dim, kv, first + c + detail::kPrefetchDistance);
+      map.prefetch_row(scales, sizeof(float), kv, first + c + detail::kPrefetchDistance);
+      Dequantize(codes + (row + c) * map.dim, map.dim, scales[row + c], buffer + c * width);
+    }
+    return {buffer, width};
+  }
+  bool needs_buffer(std::size_t) const { return true; }
+};
+using PagedInt8Rows = PagedCodeRows<detail::dequantize_int8_row>;
+using PagedE4m3Rows = PagedCodeRows<detail::dequantize_e4m3_row>;
+
+}  // namespace
+
+GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
+                                               std::span<const std::size_t> block_table, std::size_t context_len,
+                                               std::optional<double> scale, std::size_t splits) {
+  constexpr const char* kFunction = "paged_decode_attention";
+  const double scale_value = ref::validate_paged_decode(kFunction, q, cache, block_table, context_len, scale);
+  const std::size_t heads = q.shape()[0], kv_heads = cache.num_kv_heads(), group = heads / kv_heads;
+  const std::size_t d = cache.head_dim(), b = cache.block_size(), n = context_len;
+  const ref::GqaDecodeDims dims{heads, kv_heads, group, block_table.size() * b, n, d, d, scale_value};
+  // piece = b: every request to the cache lies in one page (a block of 512 positions is 32 pages
+  // of 16, or 33 when the split begins inside a page).
+  const detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "context_len", dims, splits, b);
+  const PageMap map{block_table, kv_heads, b, d, n};
+  GqaDecodeOutput result{Tensor2::from_shape({heads, d}), Tensor1::from_shape({heads})};
+  float* out = result.out.data();
+  float* lse = result.lse.data();
+  // The same kernel for every storage; only the row source, which turns a request into floats, differs.
+  switch (cache.storage()) {
+    case PagedKvStorage::fp32:
+      detail::split_k_decode(q.data(), shape, PagedRows{cache.key_blocks().data(), map},
+                             PagedRows{cache.value_blocks().data(), map}, out, lse);
+      break;
+    case PagedKvStorage::bf16:
+      detail::split_k_decode(q.data(), shape, PagedBf16Rows{cache.key_bits().data(), map},
+                             PagedBf16Rows{cache.value_bits().data(), map}, out, lse);
+      break;
+    case PagedKvStorage::int8:
+      detail::split_k_decode(q.data(), shape, PagedInt8Rows{cache.key_codes().data(), cache.key_scales().data(), map},
+                             PagedInt8Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+      break;
+    case PagedKvStorage::fp8_e4m3:
+      detail::split_k_decode(q.data(), shape, PagedE4m3Rows{cache.key_codes().data(), cache.key_scales().data(), map},
+                             PagedE4m3Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+      break;
+  }
+  ref::require_finite_decode_output(kFunction, result);
+  return result;
+}
+
+GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache,
+                                       std::span<const std::size_t> block_table, std::size_t context_len,
+                                       std::optional<double> scale) {
+  return paged_decode_attention_split_k(q, cache, block_table, context_len, scale, 0);
+}
+
+}  // namespace tvlab::opt
