@@ -1,19 +1,19 @@
 #include "tvlab/opt/bf16_kv_decode.hpp"
 
 #include <cstdint>
-#include <cstring>
 
 #include "tvlab/core/error.hpp"
 
 #include "detail/converted_rows.hpp"
 #include "detail/decode_checks.hpp"
+#include "detail/kv_dequant_rows.hpp"
 #include "detail/split_decode.hpp"
 
 namespace tvlab::opt {
 namespace {
 
-// Rows of a bf16 cache widened to float: a bf16 value's bits are the top 16 bits of the float it
-// stands for, so x = bits << 16, exactly.
+// Rows of a bf16 cache widened to float (detail::widen_bf16_row): a bf16 value's bits are the top
+// 16 bits of the float it stands for, so x = bits << 16, exactly.
 struct Bf16Rows {
   const Bf16Kv& cache;
 
@@ -21,15 +21,7 @@ struct Bf16Rows {
   detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
     const std::size_t d = cache.head_dim;
     const std::uint16_t* bits = cache.bits.data() + (kv * cache.capacity + first) * d;
-    for (std::size_t c = 0; c < count; ++c) {
-      const std::uint16_t* row = bits + c * d;
-      float* out = buffer + c * width;
-#pragma omp simd
-      for (std::size_t e = 0; e < d; ++e) {
-        const std::uint32_t widened = static_cast<std::uint32_t>(row[e]) << 16;
-        std::memcpy(out + e, &widened, sizeof widened);
-      }
-    }
+    for (std::size_t c = 0; c < count; ++c) detail::widen_bf16_row(bits + c * d, d, buffer + c * width);
     return {buffer, width};
   }
 };

@@ -13,7 +13,7 @@
 /// A cache stored in bf16, INT8 or FP8 E4M3 (`PagedKvConfig::storage`) goes through the same
 /// kernel: each request of up to b rows of one page is turned into floats in a per-thread buffer
 /// (bf16 widened by a 16-bit shift, \f$ \hat x = s\,q \f$ or \f$ s\,\mathrm{e4m3}(q) \f$ with the
-/// slot's scale), as the contiguous narrow caches are (`tvlab/opt/quantized_kv_decode.hpp`), and
+/// slot's scale), as the contiguous narrow caches are (`tvlab/opt/quantized_kv_attention.hpp`), and
 /// the step reads \f$ 2\,g\,n\,d \f$ elements of 2 or 1 bytes (plus \f$ 2\,g\,n \f$ float
 /// scales) instead of 4.
 
