@@ -44,7 +44,7 @@ const std::vector<Backend>& backends() {
         {.name = "opt",
          .kind = BackendKind::optimized,
          .decode = opt::gqa_decode_attention,
-         .paged_decode = opt::paged_decode_attention,
+         .paged_decode = opt::paged_decode_attention_with_lse,
          .mla_decode = opt::mla_absorbed_decode_attention,
          .bf16_decode = opt::bf16_kv_decode_attention,
          .quantized_decode = opt::quantized_kv_decode_attention,
@@ -70,7 +70,7 @@ const std::vector<Backend>& backends() {
                      .kind = BackendKind::cuda,
                      .caps = {.needs_device = true},
                      .decode = cuda::gqa_decode_attention,
-                     .paged_decode = cuda::paged_decode_attention,
+                     .paged_decode = cuda::paged_decode_attention_with_lse,
                      .mla_decode = cuda::mla_absorbed_decode_attention});
     // Exercise 05.1, the GQA decode step. (05.2 and 05.3, the paged append and MLA's absorbed
     // scores, are parts of these steps, not whole ones: exercises_suite_test.cpp grades them.)

@@ -346,11 +346,11 @@ void paged_vs_contiguous(benchmark::State& state, bool paged) {
   const Tolerance tol{attention_tolerance(kHeadDim, n, std::sqrt(static_cast<double>(kHeadDim)), 1.0),
                       2 * reduction_rtol(std::max(kHeadDim, n))};
   const Tensor2 expected = ref::paged_decode_attention_with_lse(in.q, *in.cache, in.table, n).out;
-  const Tensor2 got = paged ? opt::paged_decode_attention(in.q, *in.cache, in.table, n).out
+  const Tensor2 got = paged ? opt::paged_decode_attention(in.q, *in.cache, in.table, n)
                             : opt::gqa_decode_attention(in.q, in.k, in.v, n).out;
   if (!validate(state, got, expected, tol)) return;
   if (paged)
-    for (auto _ : state) benchmark::DoNotOptimize(opt::paged_decode_attention(in.q, *in.cache, in.table, length));
+    for (auto _ : state) benchmark::DoNotOptimize(opt::paged_decode_attention_with_lse(in.q, *in.cache, in.table, length));
   else
     for (auto _ : state) benchmark::DoNotOptimize(opt::gqa_decode_attention(in.q, in.k, in.v, length));
   // Both read g kv heads x length positions x (d + d_v) floats per token.
@@ -598,10 +598,10 @@ void paged_storage_decode(benchmark::State& state, PagedKvStorage storage) {
   const PagedStorageInputs& in = paged_storage_inputs_for(storage, length);
   const Tensor2& q = inputs_for(kGqaKvHeads, length).q;
   const std::size_t n = std::min(length, kValidatedLength);
-  if (!validate(state, opt::paged_decode_attention(q, *in.cache, in.table, n).out,
+  if (!validate(state, opt::paged_decode_attention(q, *in.cache, in.table, n),
                 ref::paged_decode_attention_with_lse(q, *in.cache, in.table, n).out, decode_tolerance(n)))
     return;
-  for (auto _ : state) benchmark::DoNotOptimize(opt::paged_decode_attention(q, *in.cache, in.table, length));
+  for (auto _ : state) benchmark::DoNotOptimize(opt::paged_decode_attention_with_lse(q, *in.cache, in.table, length));
   report_cache_read(state, static_cast<double>(in.cache->bytes_per_token()), length);
 }
 
@@ -693,7 +693,7 @@ void cuda_paged_decode(benchmark::State& state) {
     const DecodeInputs& small = inputs_for(kv_heads, 1024);
     cache.append(s, small.k, small.v);
     const Tensor2 expected = ref::paged_decode_attention(small.q, cache, cache.block_table(s), 1024);
-    if (!validate(state, cuda::paged_decode_attention(small.q, cache, cache.block_table(s), 1024).out, expected,
+    if (!validate(state, cuda::paged_decode_attention(small.q, cache, cache.block_table(s), 1024), expected,
                   decode_tolerance(kHeadDim, 1024, std::sqrt(static_cast<double>(kHeadDim)))))
       return;
   }

@@ -142,10 +142,15 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   return result;
 }
 
-GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache,
-                                       std::span<const std::size_t> block_table, std::size_t context_len,
-                                       std::optional<double> scale) {
+GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvCache& cache,
+                                                std::span<const std::size_t> block_table, std::size_t context_len,
+                                                std::optional<double> scale) {
   return paged_decode_attention_split_k(q, cache, block_table, context_len, scale, 0);
+}
+
+Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+                               std::size_t context_len, std::optional<double> scale) {
+  return paged_decode_attention_with_lse(q, cache, block_table, context_len, scale).out;
 }
 
 }  // namespace tvlab::opt

@@ -214,9 +214,9 @@ TEST(Ch05CudaDecode, cuda_paged_decode_follows_the_block_table_and_equals_the_do
         [&](std::size_t i, std::size_t t) { return k.data() + (i / group * c.length + t) * c.d; },
         [&](std::size_t i, std::size_t t) { return v.data() + (i / group * c.length + t) * c.d; });
     for (const std::size_t splits : split_counts(c.context_len)) {
-      const std::string what = "cuda::paged_decode_attention, " + label_of(c) + ", " + splits_label(splits);
+      const std::string what = "cuda::paged_decode_attention_with_lse, " + label_of(c) + ", " + splits_label(splits);
       const ref::GqaDecodeOutput got =
-          splits == 0 ? cuda::paged_decode_attention(q, cache, table, c.context_len)
+          splits == 0 ? cuda::paged_decode_attention_with_lse(q, cache, table, c.context_len)
                       : cuda::paged_decode_attention_split_k(q, cache, table, c.context_len, {}, splits);
       EXPECT_TRUE(matches(got.lse, expected.lse, expected.lse_tol, {what + ": lse", {"h"}, seed, "", "L_i = m_i + ln l_i"}));
       EXPECT_TRUE(matches(got.out, expected.out, expected.out_tol,

@@ -200,9 +200,15 @@ GqaDecodeOutput gqa_decode_attention_split_k(const Tensor2& q, const Tensor3& k_
   return gqa_decode(q, k_cache, v_cache, length, scale, splits);
 }
 
-GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
-                               std::size_t context_len, std::optional<double> scale) {
+GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvCache& cache,
+                                                std::span<const std::size_t> block_table, std::size_t context_len,
+                                                std::optional<double> scale) {
   return paged_decode(q, cache, block_table, context_len, scale, 0);
+}
+
+Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+                               std::size_t context_len, std::optional<double> scale) {
+  return paged_decode(q, cache, block_table, context_len, scale, 0).out;
 }
 
 GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,

@@ -47,8 +47,14 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
 /// The decode step over a paged cache: `paged_decode_attention_split_k` with the splits chosen for
 /// this machine. Same arguments, checks and result as `ref::paged_decode_attention_with_lse`:
 /// out `[num_heads, head_dim]`, lse `[num_heads]`.
-GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache,
-                                       std::span<const std::size_t> block_table, std::size_t context_len,
-                                       std::optional<double> scale = std::nullopt);
+GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvCache& cache,
+                                                std::span<const std::size_t> block_table, std::size_t context_len,
+                                                std::optional<double> scale = std::nullopt);
+
+/// @ingroup ch05
+/// The outputs of `paged_decode_attention_with_lse` alone, `[num_heads, head_dim]`, as
+/// `ref::paged_decode_attention` returns them.
+Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+                               std::size_t context_len, std::optional<double> scale = std::nullopt);
 
 }  // namespace tvlab::opt

@@ -57,11 +57,18 @@ GqaDecodeOutput gqa_decode_attention_split_k(const Tensor2& q, const Tensor3& k_
 /// copied to the device. Same checks as the reference (the table through
 /// `PagedKvCache::validate_block_table`), and the scale must also be representable in float. Only
 /// fp32 pools: a cache in bf16, INT8 or FP8 storage is a `tvlab::Error` naming `cache`.
-GqaDecodeOutput paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
+GqaDecodeOutput paged_decode_attention_with_lse(const Tensor2& q, const PagedKvCache& cache,
+                                                std::span<const std::size_t> block_table, std::size_t context_len,
+                                                std::optional<double> scale = {});
+
+/// @ingroup ch05
+/// The outputs of `paged_decode_attention_with_lse` alone, `[num_heads, head_dim]`, as
+/// `ref::paged_decode_attention` returns them.
+Tensor2 paged_decode_attention(const Tensor2& q, const PagedKvCache& cache, std::span<const std::size_t> block_table,
                                std::size_t context_len, std::optional<double> scale = {});
 
 /// @ingroup ch05
-/// `paged_decode_attention` with at most `splits` ranges of positions, as
+/// `paged_decode_attention_with_lse` with at most `splits` ranges of positions, as
 /// `gqa_decode_attention_split_k`.
 GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
                                        std::span<const std::size_t> block_table, std::size_t context_len,
