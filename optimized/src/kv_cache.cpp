@@ -19,21 +19,6 @@
 namespace tvlab::opt {
 namespace {
 
-// ref::prefill's and ref::decode's checks of the layer and the cache; returns the layer's sizes.
-GqaShape validate_step(const char* fn, const KvCache& cache, const Tensor2& x, const char* x_name, const GqaWeights& w,
-                       const KvHeads& heads) {
-  const GqaShape shape = validate_gqa_weights(fn, w, heads);
-  require(cache.heads().num_heads == heads.num_heads && cache.heads().num_kv_heads == heads.num_kv_heads, fn,
-          "cache has num_heads ", cache.heads().num_heads, " and num_kv_heads ", cache.heads().num_kv_heads,
-          ", expected those of heads (", heads.num_heads, " and ", heads.num_kv_heads, ")");
-  require(cache.head_dim() == shape.head_dim, fn, "cache has head_dim ", cache.head_dim(),
-          ", expected that of the weights (", shape.head_dim, ")");
-  require_nonempty(fn, x_name, x);
-  require_dim(fn, x_name, x, 1, "d_model", shape.d_model, "the rows of w_q");
-  require_finite(fn, x_name, x);
-  return shape;
-}
-
 // Rows `first` .. end of x times the columns of w, as heads: y[head, i, e] = sum_c x[first + i, c]
 // w[c, head d_k + e], one SGEMM [rows, d] x [d, heads d_k], then the columns split into heads.
 // Adds rows d (heads d_k) to `macs`, the reference's count.
@@ -164,13 +149,13 @@ DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const
 
 DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& w, const KvHeads& heads,
                      const std::optional<AttentionRope>& rope) {
-  const GqaShape shape = validate_step("prefill", cache, x, "x", w, heads);
+  const GqaShape shape = ref::validate_cached_step("prefill", cache, x, "x", w, heads);
   return cached_step("prefill", cache, x, w, heads, shape, rope);
 }
 
 DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& w, const KvHeads& heads,
                     const std::optional<AttentionRope>& rope) {
-  const GqaShape shape = validate_step("decode", cache, x_token, "x_token", w, heads);
+  const GqaShape shape = ref::validate_cached_step("decode", cache, x_token, "x_token", w, heads);
   require(x_token.shape()[0] == 1, "decode", "x_token has ", x_token.shape()[0],
           " rows, expected 1 (one new token; use prefill for several)");
   return cached_step("decode", cache, x_token, w, heads, shape, rope);

@@ -57,21 +57,6 @@ void KvCache::clear() {
 
 namespace {
 
-// The checks prefill and decode share; returns the layer's sizes.
-GqaShape validate_step(const char* fn, const KvCache& cache, const Tensor2& x, const char* x_name,
-                       const GqaWeights& w, const KvHeads& heads) {
-  const GqaShape shape = validate_gqa_weights(fn, w, heads);
-  require(cache.heads().num_heads == heads.num_heads && cache.heads().num_kv_heads == heads.num_kv_heads, fn,
-          "cache has num_heads ", cache.heads().num_heads, " and num_kv_heads ", cache.heads().num_kv_heads,
-          ", expected those of heads (", heads.num_heads, " and ", heads.num_kv_heads, ")");
-  require(cache.head_dim() == shape.head_dim, fn, "cache has head_dim ", cache.head_dim(),
-          ", expected that of the weights (", shape.head_dim, ")");
-  require_nonempty(fn, x_name, x);
-  require_dim(fn, x_name, x, 1, "d_model", shape.d_model, "the rows of w_q");
-  require_finite(fn, x_name, x);
-  return shape;
-}
-
 DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const GqaWeights& w, const KvHeads& heads,
                          const GqaShape& shape, const std::optional<AttentionRope>& rope) {
   const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
@@ -115,15 +100,29 @@ DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const
 
 }  // namespace
 
+GqaShape validate_cached_step(const char* fn, const KvCache& cache, const Tensor2& x, const char* x_name,
+                       const GqaWeights& w, const KvHeads& heads) {
+  const GqaShape shape = validate_gqa_weights(fn, w, heads);
+  require(cache.heads().num_heads == heads.num_heads && cache.heads().num_kv_heads == heads.num_kv_heads, fn,
+          "cache has num_heads ", cache.heads().num_heads, " and num_kv_heads ", cache.heads().num_kv_heads,
+          ", expected those of heads (", heads.num_heads, " and ", heads.num_kv_heads, ")");
+  require(cache.head_dim() == shape.head_dim, fn, "cache has head_dim ", cache.head_dim(),
+          ", expected that of the weights (", shape.head_dim, ")");
+  require_nonempty(fn, x_name, x);
+  require_dim(fn, x_name, x, 1, "d_model", shape.d_model, "the rows of w_q");
+  require_finite(fn, x_name, x);
+  return shape;
+}
+
 DecodeOutput prefill(KvCache& cache, const Tensor2& x, const GqaWeights& w, const KvHeads& heads,
                      const std::optional<AttentionRope>& rope) {
-  const GqaShape shape = validate_step("prefill", cache, x, "x", w, heads);
+  const GqaShape shape = validate_cached_step("prefill", cache, x, "x", w, heads);
   return cached_step("prefill", cache, x, w, heads, shape, rope);
 }
 
 DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& w, const KvHeads& heads,
                     const std::optional<AttentionRope>& rope) {
-  const GqaShape shape = validate_step("decode", cache, x_token, "x_token", w, heads);
+  const GqaShape shape = validate_cached_step("decode", cache, x_token, "x_token", w, heads);
   require(x_token.shape()[0] == 1, "decode", "x_token has ", x_token.shape()[0],
           " rows, expected 1 (one new token; use prefill for several)");
   return cached_step("decode", cache, x_token, w, heads, shape, rope);

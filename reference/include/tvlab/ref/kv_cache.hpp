@@ -111,4 +111,11 @@ DecodeOutput decode(KvCache& cache, const Tensor2& x_token, const GqaWeights& we
 DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& weights, const KvHeads& heads,
                                   const std::optional<AttentionRope>& rope = std::nullopt);
 
+/// The checks `prefill` and `decode` (and their optimized pairs) make for `function` before
+/// touching the cache: the weights against `heads` (`validate_gqa_weights`), the cache's heads and
+/// head_dim against the layer's, and the tokens `x` (named `x_name`) non-empty, finite, of the
+/// weights' d_model. Returns the layer's sizes; throws `tvlab::Error` naming the part otherwise.
+GqaShape validate_cached_step(const char* function, const KvCache& cache, const Tensor2& x, const char* x_name,
+                              const GqaWeights& weights, const KvHeads& heads);
+
 }  // namespace tvlab::ref
