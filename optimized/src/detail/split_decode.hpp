@@ -5,7 +5,9 @@
 // quantized_kv_attention.cpp). The kernel asks a cache for a block of key rows and a block of value
 // rows at a time, as floats; a float cache hands out a pointer into itself, a quantized cache
 // dequantizes the block into a small per-thread buffer first. The scores, the online softmax, P V
-// and the merge of the splits are the same for all of them.
+// and the merge of the splits are the same for all of them. A cache with one scale per token
+// (INT8 and FP8 E4M3 per token) may instead hand out its codes and scales (a CodeSource), which
+// the kernels of code_kernels.hpp read without a buffer.
 
 #include <omp.h>
 
