@@ -239,10 +239,10 @@ TEST(QuantizedKvDecode, every_finite_e4m3_code_is_read_as_its_value) {
 // 1, 3, 4, 6 and 32 query heads per kv head (rows past a multiple of 4); lengths 1, 7, 37 and 515
 // (keys past a multiple of 4, 16 and the 512-position block); 1, 2, 3 and 5 splits (ranges
 // that begin anywhere); head_dim 16, 80 and 128 (single registers after the tiles of 64) and 40
-// (not a whole number of registers: converted into a buffer instead). The cache holds 70 positions
-// more than `length`, with NaN scales there, so that a code read past `length` (the prefetches
-// ahead of the rows stop before it) shows; the expected output is the double reference over the
-// dequantized cache, to the float tolerance.
+// (not a whole number of AVX-512 registers: converted into a buffer instead there). The cache
+// holds 70 positions more than `length`, with NaN scales there, so that a code read past `length`
+// (the prefetches ahead of the rows stop before it) shows; the expected output is the double
+// reference over the dequantized cache, to the float tolerance.
 TEST(QuantizedKvDecode, int8_and_fp8_per_token_read_in_place_equal_the_reference_at_every_remainder) {
   unsigned long long seed = 1500;
   const std::size_t kv_heads = 2, past = 70;
@@ -298,7 +298,8 @@ TEST(QuantizedKvDecode, an_e4m3_nan_code_gives_nan_where_the_reference_does) {
         for (std::size_t i = 0; i < group * kv_heads; ++i)
           for (std::size_t c = 0; c < d; ++c) {
             const bool nan_expected = i / group == head && (in_keys || c == channel);
-            ASSERT_EQ(std::isnan(expected(i, c)), nan_expected) << what << ": the reference at (" << i << ", " << c << ")";
+            ASSERT_EQ(std::isnan(expected(i, c)), nan_expected)
+                << what << ": the reference at (" << i << ", " << c << ")";
             EXPECT_EQ(std::isnan(got(i, c)), nan_expected) << what << ": at (head " << i << ", c " << c << ")";
             nans += std::isnan(got(i, c)) ? 1 : 0;
           }

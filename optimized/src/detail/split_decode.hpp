@@ -300,8 +300,8 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
         for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
           count = request_length(c0 + p0, cols - p0, piece);
           if constexpr (CodeSource<ValueSource>) {  // the codes read in place, s_t folded into p_t
-            accumulate_pv_from_codes<typename ValueSource::Codes>(s.data() + p0, block, values.code_rows(kv, c0 + p0, count),
-                                                                  o, group, count, d_v, dv_pad);
+            accumulate_pv_from_codes<typename ValueSource::Codes>(
+                s.data() + p0, block, values.code_rows(kv, c0 + p0, count), o, group, count, d_v, dv_pad);
           } else {
             const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
             accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
