@@ -232,6 +232,81 @@ TEST(QuantizedKvDecode, every_finite_e4m3_code_is_read_as_its_value) {
   }
 }
 
+// INT8 and FP8 E4M3 per token (one scale per token and kv head) are decoded from their codes in
+// place, s_t applied to each dot product and folded into each softmax weight
+// (optimized/src/detail/code_kernels.hpp); the kernels block four query rows and four keys at a
+// time, head_dim in registers of 16 floats and tiles of 64 (AVX-512). Every remainder: groups of
+// 1, 3, 4, 6 and 32 query heads per kv head (rows past a multiple of 4); lengths 1, 7, 37 and 515
+// (keys past a multiple of 4, 16 and the 512-position block); 1, 2, 3 and 5 splits (ranges
+// that begin anywhere); head_dim 16, 80 and 128 (single registers after the tiles of 64) and 40
+// (not a whole number of AVX-512 registers: converted into a buffer instead there). The cache
+// holds 70 positions more than `length`, with NaN scales there, so that a code read past `length`
+// (the prefetches ahead of the rows stop before it) shows; the expected output is the double
+// reference over the dequantized cache, to the float tolerance.
+TEST(QuantizedKvDecode, int8_and_fp8_per_token_read_in_place_equal_the_reference_at_every_remainder) {
+  unsigned long long seed = 1500;
+  const std::size_t kv_heads = 2, past = 70;
+  for (const bool fp8 : {false, true})
+    for (const std::size_t d : {16, 40, 80, 128})
+      for (const std::size_t group : {1, 3, 4, 6, 32})
+        for (const std::size_t length : {1, 7, 37, 515}) {
+          Rng rng(++seed);
+          const KvQuantSpec spec = fp8 ? fp8_e4m3_per_token(d) : int8_per_token(d);
+          const Tensor2 q = rng.normal_matrix(group * kv_heads, d, 0.0, 2.0);
+          QuantizedKv k = quantize_kv(keys_with_an_outlier_channel(rng, kv_heads, length + past, d), spec);
+          QuantizedKv v = quantize_kv(rng.normal_tensor(kv_heads, length + past, d), spec);
+          poison_past(k, length);
+          poison_past(v, length);
+          const Tensor3 k_hat = dequantize_kv(k), v_hat = dequantize_kv(v);
+          const auto expected = xt::eval(xt::cast<double>(ref::gqa_decode_attention(q, k_hat, v_hat, length).out));
+          const Tolerance tol = tolerance_of(q, k_hat, v_hat, length);
+          const Shape shape{group * kv_heads, kv_heads, d, length};
+          for (const std::size_t splits : {1, 2, 3, 5}) {
+            if (splits > length) continue;
+            const Tensor2 got = quantized_kv_decode_attention_split_k(q, k, v, length, std::nullopt, splits);
+            EXPECT_TRUE(matches(got, expected, tol,
+                                {label_of(shape, fp8 ? "fp8 e4m3 per token" : "int8 per token") + ", splits " +
+                                     std::to_string(splits),
+                                 {"h", "c"}, seed, "",
+                                 "o_i = sum_t softmax(scale s_t (q_i . c_t)) s_t c_t: the codes c_t read as numbers, "
+                                 "s_t the scale of token t"}));
+          }
+        }
+}
+
+// E4M3's NaN codes (s.1111.111) read in place give NaN where the reference over the dequantized
+// cache gives NaN, and only there: a NaN key code makes every score of its kv head's query heads,
+// and so their whole outputs, NaN; a NaN value code makes its channel NaN in those heads' outputs.
+// At d = 128 (read in place) and d = 40 (converted into a buffer), for both signs of the NaN.
+TEST(QuantizedKvDecode, an_e4m3_nan_code_gives_nan_where_the_reference_does) {
+  const std::size_t kv_heads = 3, group = 4, length = 45;
+  unsigned long long seed = 1600;
+  for (const std::size_t d : {128, 40})
+    for (const std::uint8_t nan_code : {std::uint8_t{0x7f}, std::uint8_t{0xff}})
+      for (const bool in_keys : {true, false}) {
+        Rng rng(++seed);
+        const Tensor2 q = rng.normal_matrix(group * kv_heads, d);
+        QuantizedKv k = quantize_kv(rng.normal_tensor(kv_heads, length, d), fp8_e4m3_per_token(d));
+        QuantizedKv v = quantize_kv(rng.normal_tensor(kv_heads, length, d), fp8_e4m3_per_token(d));
+        const std::size_t head = 1, position = 38, channel = d - 3;
+        (in_keys ? k : v).codes[(head * length + position) * d + channel] = nan_code;
+        const Tensor2 expected = ref::quantized_kv_decode_attention(q, k, v);
+        const Tensor2 got = quantized_kv_decode_attention(q, k, v);
+        const std::string what = std::string(in_keys ? "key" : "value") + " code " + std::to_string(nan_code) +
+                                 " at (kv head 1, position 38, channel d - 3), d " + std::to_string(d);
+        std::size_t nans = 0;
+        for (std::size_t i = 0; i < group * kv_heads; ++i)
+          for (std::size_t c = 0; c < d; ++c) {
+            const bool nan_expected = i / group == head && (in_keys || c == channel);
+            ASSERT_EQ(std::isnan(expected(i, c)), nan_expected)
+                << what << ": the reference at (" << i << ", " << c << ")";
+            EXPECT_EQ(std::isnan(got(i, c)), nan_expected) << what << ": at (head " << i << ", c " << c << ")";
+            nans += std::isnan(got(i, c)) ? 1 : 0;
+          }
+        EXPECT_EQ(nans, in_keys ? group * d : group) << what;
+      }
+}
+
 TEST(QuantizedKvDecode, bad_input_is_an_error_naming_the_parameter) {
   const std::size_t h = 8, g = 2, n = 7, d = 6;
   Rng rng(900);

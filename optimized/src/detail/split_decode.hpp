@@ -5,7 +5,9 @@
 // quantized_kv_attention.cpp). The kernel asks a cache for a block of key rows and a block of value
 // rows at a time, as floats; a float cache hands out a pointer into itself, a quantized cache
 // dequantizes the block into a small per-thread buffer first. The scores, the online softmax, P V
-// and the merge of the splits are the same for all of them.
+// and the merge of the splits are the same for all of them. A cache with one scale per token
+// (INT8 and FP8 E4M3 per token) may instead hand out its codes and scales (a CodeSource), which
+// the kernels of code_kernels.hpp read without a buffer.
 
 #include <omp.h>
 
@@ -13,6 +15,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -40,6 +43,30 @@ struct RowBlock {
   std::size_t stride;
   const float* ahead = nullptr;
 };
+
+/// Rows of one-byte codes handed out by a cache whose rows are \f$ \hat x_t = s_t\, c_t \f$ (one
+/// scale per position): row c's codes at `codes + c * stride`, its scale at `scales[c]`, and the
+/// codes kPrefetchDistance positions later at `ahead + c * stride` (nullptr when past the positions
+/// attended). The kernels of code_kernels.hpp read them without converting them into a buffer.
+struct CodeBlock {
+  const std::uint8_t* codes;
+  std::size_t stride;
+  const float* scales;
+  const std::uint8_t* ahead = nullptr;
+};
+
+/// A cache that hands out its rows as codes (`code_rows(kv, first, count)`, a CodeBlock) rather than
+/// floats; `Source::Codes` says how a chunk of codes becomes floats (code_kernels.hpp).
+template <class Source>
+concept CodeSource = requires { typename Source::Codes; };
+
+// The kernels over codes, defined in code_kernels.hpp, which a file decoding a CodeSource includes.
+template <class Codes>
+void scores_from_codes(const float* q, std::size_t rows, const CodeBlock& keys, std::size_t cols, std::size_t d,
+                       float scale, float* s, std::size_t lds);
+template <class Codes>
+void accumulate_pv_from_codes(const float* p, std::size_t lds, const CodeBlock& values, float* o, std::size_t rows,
+                              std::size_t cols, std::size_t d_v, std::size_t ldo);
 
 /// A float cache `[.., d]` whose head `kv` starts at `data + kv * head_stride` and whose
 /// consecutive positions are `row_stride` floats apart: `[g, capacity, d]` has (capacity d, d),
@@ -216,7 +243,8 @@ inline std::size_t request_length(std::size_t first, std::size_t left, std::size
 /// \f$ L = m + \ln \ell \f$. q is `[h, d]`; writes out `[h, d_v]` and lse `[h]`.
 /// `keys.rows(kv, first, count, d, buffer)` and `values.rows(kv, first, count, dv_pad, buffer)`
 /// hand out blocks, and `needs_buffer(width)` says whether they need their buffer (see FloatRows);
-/// dv_pad is d_v rounded up to kTileCols, and a value block must read 0 in its padding.
+/// dv_pad is d_v rounded up to kTileCols, and a value block must read 0 in its padding. A CodeSource
+/// hands out codes and scales instead (`code_rows`), which code_kernels.hpp's kernels read directly.
 template <class KeySource, class ValueSource>
 void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySource& keys, const ValueSource& values,
                     float* out, float* lse) {
@@ -252,8 +280,13 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
         // each request ending at the next multiple of `piece` (request_length).
         for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
           count = request_length(c0 + p0, cols - p0, piece);
-          const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
-          scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
+          if constexpr (CodeSource<KeySource>) {  // the codes read in place, s_t applied to each dot product
+            scores_from_codes<typename KeySource::Codes>(qg, group, keys.code_rows(kv, c0 + p0, count), count, d, scale,
+                                                         s.data() + p0, block);
+          } else {
+            const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
+            scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
+          }
         }
         // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
         // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
@@ -266,8 +299,13 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
         // the values requested as the keys were.
         for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
           count = request_length(c0 + p0, cols - p0, piece);
-          const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
-          accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
+          if constexpr (CodeSource<ValueSource>) {  // the codes read in place, s_t folded into p_t
+            accumulate_pv_from_codes<typename ValueSource::Codes>(
+                s.data() + p0, block, values.code_rows(kv, c0 + p0, count), o, group, count, d_v, dv_pad);
+          } else {
+            const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
+            accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
+          }
         }
       }
     }
