@@ -8,6 +8,7 @@
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/ref/paged_attention.hpp"
 
+#include "detail/code_kernels.hpp"
 #include "detail/decode_checks.hpp"
 #include "detail/kv_dequant_rows.hpp"
 #include "detail/split_decode.hpp"
@@ -102,6 +103,28 @@ struct PagedCodeRows {
 using PagedInt8Rows = PagedCodeRows<detail::dequantize_int8_row>;
 using PagedE4m3Rows = PagedCodeRows<detail::dequantize_e4m3_row>;
 
+// An INT8 or E4M3 pool read in place (a detail::CodeSource): a request's rows are `count`
+// consecutive rows of codes in one page, each with its scale, which the kernels of
+// detail/code_kernels.hpp turn into floats in registers (\f$ q \cdot \hat k_t = s_t\,(q \cdot c_t) \f$,
+// \f$ p_t \hat v_t = (p_t s_t)\, c_t \f$) with no buffer; the codes 64 positions ahead are prefetched
+// when they lie in one page and are attended, as PagedRows's floats are. For a head_dim of whole
+// registers; otherwise PagedCodeRows.
+template <class CodeFormat>
+struct PagedCodesInPlace {
+  using Codes = CodeFormat;
+  const std::uint8_t* codes;
+  const float* scales;  // one per row
+  PageMap map;
+
+  bool needs_buffer(std::size_t) const { return false; }
+  detail::CodeBlock code_rows(std::size_t kv, std::size_t first, std::size_t count) const {
+    const std::size_t row = map.row(kv, first), later = first + detail::kPrefetchDistance;
+    const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
+    const bool ahead = later + count <= map.length && one_page;
+    return {codes + row * map.dim, map.dim, scales + row, ahead ? codes + map.row(kv, later) * map.dim : nullptr};
+  }
+};
+
 }  // namespace
 
 GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCache& cache,
@@ -120,6 +143,8 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   float* out = result.out.data();
   float* lse = result.lse.data();
   // The same kernel for every storage; only the row source, which turns a request into floats, differs.
+  // INT8 and FP8 pages are read in place by the kernels over codes when a head is whole registers.
+  const bool in_place = d % detail::kLanes == 0;
   switch (cache.storage()) {
     case PagedKvStorage::fp32:
       detail::split_k_decode(q.data(), shape, PagedRows{cache.key_blocks().data(), map},
@@ -130,12 +155,22 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
                              PagedBf16Rows{cache.value_bits().data(), map}, out, lse);
       break;
     case PagedKvStorage::int8:
-      detail::split_k_decode(q.data(), shape, PagedInt8Rows{cache.key_codes().data(), cache.key_scales().data(), map},
-                             PagedInt8Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+      if (in_place)
+        detail::split_k_decode(
+            q.data(), shape, PagedCodesInPlace<detail::Int8Codes>{cache.key_codes().data(), cache.key_scales().data(), map},
+            PagedCodesInPlace<detail::Int8Codes>{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+      else
+        detail::split_k_decode(q.data(), shape, PagedInt8Rows{cache.key_codes().data(), cache.key_scales().data(), map},
+                               PagedInt8Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
       break;
     case PagedKvStorage::fp8_e4m3:
-      detail::split_k_decode(q.data(), shape, PagedE4m3Rows{cache.key_codes().data(), cache.key_scales().data(), map},
-                             PagedE4m3Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+      if (in_place)
+        detail::split_k_decode(
+            q.data(), shape, PagedCodesInPlace<detail::E4m3Codes>{cache.key_codes().data(), cache.key_scales().data(), map},
+            PagedCodesInPlace<detail::E4m3Codes>{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+      else
+        detail::split_k_decode(q.data(), shape, PagedE4m3Rows{cache.key_codes().data(), cache.key_scales().data(), map},
+                               PagedE4m3Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
       break;
   }
   ref::require_finite_decode_output(kFunction, result);
