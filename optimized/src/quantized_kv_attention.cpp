@@ -12,22 +12,11 @@
 #include "detail/code_kernels.hpp"
 #include "detail/converted_rows.hpp"
 #include "detail/decode_checks.hpp"
+#include "detail/kv_dequant_rows.hpp"
 #include "detail/split_decode.hpp"
 
 namespace tvlab::opt {
 namespace {
-
-// E4M3 bits b = s.eeee.mmm as a float, by moving the bits into place: with the 7 bits below the
-// sign at float's bits 26..20 (float's exponent field then holds eeee, its mantissa starts with
-// mmm), the float is 2^{e-127} (1 + m/8), or 2^{-126} m/8 when e = 0, and 2^{120} times it is
-// E4M3's 2^{e-7} (1 + m/8), or 2^{-6} m/8: normal and subnormal values alike, exactly. Only
-// s.1111.111, E4M3's NaN, needs its own case. Vectorises to shifts, a multiply and a blend.
-inline float e4m3_value(std::uint8_t b) {
-  const std::uint32_t bits = (static_cast<std::uint32_t>(b & 0x80) << 24) | (static_cast<std::uint32_t>(b & 0x7f) << 20);
-  float placed;
-  std::memcpy(&placed, &bits, sizeof placed);
-  return (b & 0x7f) == 0x7f ? std::numeric_limits<float>::quiet_NaN() : placed * 0x1p120f;
-}
 
 // Rows of a quantized cache dequantized to float, one row of d channels at a time, in one pass:
 // x^ = z + s q with q the element's code as a number (a sign-extended INT8, an INT4 nibble, an
@@ -74,7 +63,7 @@ class QuantizedRows {
         break;
       }
       case KvCodeType::fp8_e4m3:
-        scale_codes(h, t, out, [codes](std::size_t e) { return e4m3_value(codes[e]); });
+        scale_codes(h, t, out, [codes](std::size_t e) { return detail::e4m3_value(codes[e]); });
         break;
     }
   }

@@ -58,7 +58,7 @@ struct Int8Codes {
   static FloatBatch load(const std::uint8_t* p) { return xsimd::batch_cast<float>(sign_extended_codes(p)); }
 };
 
-/// FP8 E4M3 codes b = s.eeee.mmm, read as quantized_kv_attention.cpp's e4m3_value reads one: the
+/// FP8 E4M3 codes b = s.eeee.mmm, read as kv_dequant_rows.hpp's e4m3_value reads one: the
 /// sign at float's bit 31 and the 7 bits below it at bits 26..20 give a float that is
 /// \f$ 2^{-120} \f$ times E4M3's value (normal and subnormal alike), which a multiplication by
 /// \f$ 2^{120} \f$ makes exact. Sign-extended, the byte's sign fills bits 31..27 after the shift to

@@ -2,8 +2,8 @@
 // Turning one row of a narrow KV cache back into floats, for the row sources of the split-K decode
 // step (detail/split_decode.hpp): bf16 bits widened, INT8 and E4M3 codes times their row's scale.
 // Each is a short loop over the row that the compiler vectorises (16 elements at a time with
-// AVX-512). Shared by the paged pools' row sources (paged_attention.cpp) and the contiguous bf16
-// cache's (bf16_kv_decode.cpp).
+// AVX-512). Shared by the paged pools' row sources (paged_attention.cpp) and the contiguous caches'
+// (bf16_kv_decode.cpp, quantized_kv_attention.cpp).
 
 #include <cstddef>
 #include <cstdint>
