@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <vector>
 
 #include "tvlab/core/error.hpp"
