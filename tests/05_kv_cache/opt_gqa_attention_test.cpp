@@ -37,6 +37,7 @@ struct LayerCase {
   std::size_t d_model, d_k, seq_q, seq_k;
   bool causal, alibi;
 };
+void PrintTo(const LayerCase& c, std::ostream* out) { *out << c.label; }
 
 AttentionRope rope_for(std::size_t d_k) {
   RopeConfig cfg;
