@@ -2,12 +2,14 @@
 
 #include "tvlab/cuda/kv_decode.hpp"
 #include "tvlab/opt/bf16_kv_decode.hpp"
+#include "tvlab/opt/gqa_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
 #include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/opt/quantized_kv_attention.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
+#include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/mla_decode.hpp"
 #include "tvlab/ref/paged_attention.hpp"
@@ -35,14 +37,17 @@ const std::vector<Backend>& backends() {
     std::vector<Backend> table = {
         {.name = "ref",
          .kind = BackendKind::reference,
+         .caps = {.masks = ref::kGroupedAttentionMaskSupport},  // the masks of gqa_attention
          .decode = ref::gqa_decode_attention,
          .paged_decode = ref::paged_decode_attention_with_lse,
          .mla_decode = ref::mla_absorbed_decode_attention,
          .bf16_decode = ref::bf16_kv_decode_attention,
          .quantized_decode = ref::quantized_kv_decode_attention,
-         .per_token_decode = reference_per_token_decode},
+         .per_token_decode = reference_per_token_decode,
+         .gqa_attention = ref::grouped_scaled_dot_product_attention},
         {.name = "opt",
          .kind = BackendKind::optimized,
+         .caps = {.masks = opt::kGroupedAttentionMaskSupport},  // the masks of gqa_attention
          .decode = opt::gqa_decode_attention,
          .paged_decode = opt::paged_decode_attention_with_lse,
          .mla_decode = opt::mla_absorbed_decode_attention,
@@ -52,7 +57,8 @@ const std::vector<Backend>& backends() {
              [](const Tensor2& q, const Tensor3& k_cache, const Tensor3& v_cache, std::size_t length,
                 std::optional<double> scale) {
                return opt::gqa_decode_attention_per_token(q, k_cache, v_cache, length, scale);
-             }},
+             },
+         .gqa_attention = opt::grouped_scaled_dot_product_attention},
         // The decode step's versions: v1 reads a kv head once per query head, v2 once per group.
         {.name = "opt_v1", .kind = BackendKind::optimized, .decode = opt::gqa_decode_attention_v1},
         {.name = "opt_v2",

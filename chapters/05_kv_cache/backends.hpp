@@ -2,7 +2,8 @@
 /// @file
 /// Chapter 05's backend registry (see `chapters/common/backend.hpp`): every implementation of the
 /// decode step of attention over a KV cache (contiguous, paged, MLA's absorbed form, a bf16 cache, a
-/// quantized cache, a cache laid out per token), with what it needs.
+/// quantized cache, a cache laid out per token) and of the grouped attention of a prefill, with what
+/// it needs.
 
 #include <cstddef>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "../common/backend.hpp"
+#include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/kv_bf16.hpp"
 #include "tvlab/core/kv_quant.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
@@ -64,6 +66,14 @@ using Bf16DecodeFn = std::function<DecodeAttention(const Tensor2& q, const Bf16K
 using QuantizedDecodeFn = std::function<Tensor2(const Tensor2& q, const QuantizedKv& k, const QuantizedKv& v,
                                                 std::optional<double> scale)>;
 
+/// Grouped scaled dot-product attention, the attention of a prefill: `q` `[h, seq_q, d]` over `k`
+/// `[g, seq_k, d]` and `v` `[g, seq_k, d_v]`, query head \f$ t \f$ reading kv head
+/// \f$ \lfloor t / (h/g) \rfloor \f$, with the scale and the mask of `cfg` (the mask's parts that
+/// `Capabilities::masks` lists; the others are refused by name). Returns `[h, seq_q, d_v]`.
+/// (`ref::grouped_scaled_dot_product_attention`'s contract.)
+using GqaAttentionFn =
+    std::function<Tensor3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const AttentionConfig& cfg)>;
+
 /// The decode step over a float cache laid out per token: `k_cache` `[capacity, g, d]` and
 /// `v_cache` `[capacity, g, d_v]` (the g heads of a position together), otherwise `DecodeFn`'s
 /// contract. (`opt::gqa_decode_attention_per_token`'s.)
@@ -79,6 +89,7 @@ struct Backend {
   Bf16DecodeFn bf16_decode;     ///< the decode step over a bf16 cache (empty: not provided)
   QuantizedDecodeFn quantized_decode;  ///< the decode step over a quantized cache (empty: not provided)
   PerTokenDecodeFn per_token_decode;   ///< the decode step over a cache laid out per token (empty: not provided)
+  GqaAttentionFn gqa_attention;        ///< grouped attention over whole sequences, a prefill's (empty: not provided)
 };
 
 /// ref, opt, every numbered version of opt's decode steps, cuda (which needs a device: its cases

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bench_attention.hpp"
 #include "../common/bench_cuda.hpp"
 #include "../common/bench_support.hpp"
 #include "tvlab/analysis/kv_memory.hpp"
@@ -35,12 +36,14 @@
 #include "tvlab/cuda/kv_decode_device.hpp"
 #include "tvlab/opt/attention.hpp"
 #include "tvlab/opt/bf16_kv_decode.hpp"
+#include "tvlab/opt/gqa_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
 #include "tvlab/opt/mla_decode.hpp"
 #include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/opt/quantized_kv_attention.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
+#include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/kv_cache.hpp"
 #include "tvlab/ref/mla_decode.hpp"
@@ -769,6 +772,64 @@ void cuda_mla_decode(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ------------------------------------------------------------- prefill attention, GQA against MHA
+//
+// The attention of a prefill (tvlab/opt/gqa_attention.hpp): n queries over the n keys of the
+// prompt, 32 query heads of d = 128, causal, for g = 8 kv heads (GQA) and g = 32 (MHA). Unlike a
+// decode step this is compute-bound: 4 n^2 d flops per query head (two GEMMs of 2 n^2 d), halved by
+// the causal rule, whatever g is. GQA stores and reads h/g times fewer keys and values; its scores
+// cost as many flops as MHA's. Reports GFLOP/s next to OpenBLAS SGEMM of n = 1024 in the same run.
+
+struct PrefillInputs {
+  std::size_t kv_heads = 0, length = 0;
+  Tensor3 q, k, v;
+};
+const PrefillInputs& prefill_inputs_for(std::size_t kv_heads, std::size_t length) {
+  static PrefillInputs held;
+  if (held.kv_heads == kv_heads && held.length == length) return held;
+  held = PrefillInputs{};  // free the previous shape first
+  held.q = Tensor3::from_shape({kHeads, length, kHeadDim});
+  held.k = Tensor3::from_shape({kv_heads, length, kHeadDim});
+  held.v = Tensor3::from_shape({kv_heads, length, kHeadDim});
+  fill_uniform(held.q.data(), held.q.size(), 0x51ed270b27a1c3d5);
+  fill_uniform(held.k.data(), held.k.size(), 0x2545f4914f6cdd1d);
+  fill_uniform(held.v.data(), held.v.size(), 0x9e3779b97f4a7c15);
+  held.kv_heads = kv_heads;
+  held.length = length;
+  return held;
+}
+
+void gqa_prefill_attention(benchmark::State& state) {
+  const auto kv_heads = static_cast<std::size_t>(state.range(0)), n = static_cast<std::size_t>(state.range(1));
+  const PrefillInputs& in = prefill_inputs_for(kv_heads, n);
+  AttentionConfig causal;
+  causal.mask.causal = true;  // bottom-right: the last rows of q alone are the same queries
+  // Against the double reference on the last 32 query rows (every key): the tolerance of float
+  // attention, with the score bound of Cauchy-Schwarz (attention_output_tolerance).
+  const Tolerance tol = attention_output_tolerance(in.q, in.k, in.v, 1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+  if (!validate_attention(state, opt::grouped_scaled_dot_product_attention(in.q, in.k, in.v, causal), in.q,
+                          [&](const Tensor3& q_rows) {
+                            return ref::grouped_scaled_dot_product_attention(q_rows, in.k, in.v, causal);
+                          },
+                          tol))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(opt::grouped_scaled_dot_product_attention(in.q, in.k, in.v, causal));
+  // 4 n^2 d per query head, halved by the causal rule (the flops the lesson counts; the SGEMMs
+  // compute the whole n x n score matrix and the masked half of P V as zeros).
+  const double flops = 0.5 * 4.0 * static_cast<double>(n) * static_cast<double>(n) * kHeadDim * kHeads;
+  state.counters["GFLOP/s"] = gflops(flops);
+  state.counters["kv_MiB"] = static_cast<double>(2 * kv_heads * n * kHeadDim * sizeof(float)) / (1 << 20);
+}
+
+void register_gqa_attention_benchmarks() {
+  add_openblas_sgemm({1024});
+  for (std::int64_t n : {1024, 4096})
+    for (std::int64_t kv_heads : {8, 32})
+      add_benchmark("opt_gqa_prefill_attention", gqa_prefill_attention, [=](benchmark::internal::Benchmark* b) {
+        b->Args({kv_heads, n})->ArgNames({"g", "n"});
+      });
+}
+
 // ---- after the anonymous namespace, called at the end of register_benchmarks() ----
 
 void register_cuda_decode_benchmarks() {
@@ -806,6 +867,7 @@ void register_benchmarks() {
   register_paged_and_mla_benchmarks();
   register_paged_storage_benchmarks();
   register_cuda_decode_benchmarks();
+  register_gqa_attention_benchmarks();
 }
 
 }  // namespace tvlab::bench

@@ -128,6 +128,9 @@ Tensor3 attention_by_heads(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                            int threads, const HeadLoader& load_head) {
   const std::size_t heads = q.shape()[0], seq_q = q.shape()[1], head_dim = q.shape()[2];
   const std::size_t seq_k = k.shape()[1], head_dim_v = v.shape()[2];
+  // Grouped-query attention (chapter 05): h/g consecutive query heads share one key/value head,
+  // read in place (no repeated copies). With g = h every query head has its own.
+  const std::size_t group = heads / k.shape()[0];
   Tensor3 out = Tensor3::from_shape({heads, seq_q, head_dim_v});
   // Each thread has its own [seq_q, seq_k] score buffer (the n x n matrix this chapter is
   // about), allocated here: an allocation failure inside the OpenMP region could not be
@@ -138,12 +141,15 @@ Tensor3 attention_by_heads(const Tensor3& q, const Tensor3& k, const Tensor3& v,
     for (std::ptrdiff_t h = 0; h < static_cast<std::ptrdiff_t>(heads); ++h) {
       const auto hh = static_cast<std::size_t>(h);
       const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t kv_head = hh / group;  // query head t reads kv head floor(t / (h/g))
       const float* qh = q.data() + hh * seq_q * head_dim;
-      const float* kh = k.data() + hh * seq_k * head_dim;
+      const float* kh = k.data() + kv_head * seq_k * head_dim;
       if (load_head) load_head(hh, thread, qh, kh);
+      // ALiBi's slope belongs to the query head.
       const float slope = cfg.mask.alibi_slopes ? static_cast<float>((*cfg.mask.alibi_slopes)(hh)) : 0.0f;
-      attention_one_head(qh, kh, v.data() + hh * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v, seq_q,
-                         seq_k, head_dim, head_dim_v, scale, cfg.mask, slope, scores.data() + thread * seq_q * seq_k);
+      attention_one_head(qh, kh, v.data() + kv_head * seq_k * head_dim_v, out.data() + hh * seq_q * head_dim_v,
+                         seq_q, seq_k, head_dim, head_dim_v, scale, cfg.mask, slope,
+                         scores.data() + thread * seq_q * seq_k);
     }
   };
   if (threads > 1) {

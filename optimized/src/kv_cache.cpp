@@ -15,39 +15,10 @@
 #include "tvlab/opt/softmax.hpp"
 
 #include "detail/blas.hpp"
+#include "detail/head_projections.hpp"
 
 namespace tvlab::opt {
 namespace {
-
-// Rows `first` .. end of x times the columns of w, as heads: y[head, i, e] = sum_c x[first + i, c]
-// w[c, head d_k + e], one SGEMM [rows, d] x [d, heads d_k], then the columns split into heads.
-// Adds rows d (heads d_k) to `macs`, the reference's count.
-Tensor3 project_to_heads(const Tensor2& x, std::size_t first, const Tensor2& w, std::size_t heads,
-                         std::size_t head_dim, std::uint64_t& macs) {
-  const std::size_t rows = x.shape()[0] - first, d = x.shape()[1], width = heads * head_dim;
-  std::vector<float> projected(rows * width);
-  detail::sgemm(rows, width, d, 1.0f, x.data() + first * d, d, w.data(), width, false, 0.0f, projected.data(), width);
-  Tensor3 y = Tensor3::from_shape({heads, rows, head_dim});
-  for (std::size_t head = 0; head < heads; ++head)
-    for (std::size_t i = 0; i < rows; ++i)
-      std::copy_n(projected.data() + i * width + head * head_dim, head_dim, y.data() + (head * rows + i) * head_dim);
-  macs += static_cast<std::uint64_t>(rows) * d * width;
-  return y;
-}
-
-// Concat_t(o_t) W_o: the heads side by side [t, h d_k], then one SGEMM with w_o.
-Tensor2 project_from_heads(const Tensor3& o, const Tensor2& w_o, std::uint64_t& macs) {
-  const std::size_t heads = o.shape()[0], rows = o.shape()[1], head_dim = o.shape()[2], width = heads * head_dim;
-  const std::size_t d_model = w_o.shape()[1];
-  std::vector<float> concat(rows * width);
-  for (std::size_t head = 0; head < heads; ++head)
-    for (std::size_t i = 0; i < rows; ++i)
-      std::copy_n(o.data() + (head * rows + i) * head_dim, head_dim, concat.data() + i * width + head * head_dim);
-  Tensor2 y = Tensor2::from_shape({rows, d_model});
-  detail::sgemm(rows, d_model, width, 1.0f, concat.data(), width, w_o.data(), d_model, false, 0.0f, y.data(), d_model);
-  macs += static_cast<std::uint64_t>(rows) * width * d_model;
-  return y;
-}
 
 // The largest |key| among positions [0, n) of keys [g, capacity, d_k] (a parallel max).
 double max_abs_key(const Tensor3& keys, std::size_t n) {
@@ -118,9 +89,9 @@ DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const
           cache.capacity(), ")");
   if (rope) validate_attention_rope(fn, *rope, t, n0 + t, d_k);
   DecodeOutput result;
-  Tensor3 q = project_to_heads(x, 0, w.w_q, h, d_k, result.projection_macs);
-  Tensor3 k = project_to_heads(x, 0, w.w_k, g, d_k, result.projection_macs);
-  const Tensor3 v = project_to_heads(x, 0, w.w_v, g, d_k, result.projection_macs);
+  Tensor3 q = detail::project_to_heads(x, 0, w.w_q, h, d_k, result.projection_macs);
+  Tensor3 k = detail::project_to_heads(x, 0, w.w_k, g, d_k, result.projection_macs);
+  const Tensor3 v = detail::project_to_heads(x, 0, w.w_v, g, d_k, result.projection_macs);
   rotate(q, k, rope, static_cast<long long>(n0), static_cast<long long>(n0));  // the key is cached rotated
   // Checked before the cache is written, over the cached keys and the new ones.
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_k));
@@ -141,7 +112,7 @@ DecodeOutput cached_step(const char* fn, KvCache& cache, const Tensor2& x, const
   } else {
     o = grouped_causal_attention(q, cache.keys(), cache.values(), n, static_cast<float>(scale));
   }
-  result.output = project_from_heads(o, w.w_o, result.projection_macs);
+  result.output = detail::project_from_heads(o, w.w_o, result.projection_macs);
   return result;
 }
 
@@ -173,9 +144,9 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const K
   if (rope) validate_attention_rope(fn, *rope, 1, n, d_k);
   DecodeOutput result;
   // Every token's key and value again (nothing was kept), the query of the last token only.
-  Tensor3 k = project_to_heads(x, 0, w.w_k, g, d_k, result.projection_macs);
-  const Tensor3 v = project_to_heads(x, 0, w.w_v, g, d_k, result.projection_macs);
-  Tensor3 q = project_to_heads(x, n - 1, w.w_q, h, d_k, result.projection_macs);
+  Tensor3 k = detail::project_to_heads(x, 0, w.w_k, g, d_k, result.projection_macs);
+  const Tensor3 v = detail::project_to_heads(x, 0, w.w_v, g, d_k, result.projection_macs);
+  Tensor3 q = detail::project_to_heads(x, n - 1, w.w_q, h, d_k, result.projection_macs);
   rotate(q, k, rope, static_cast<long long>(n - 1), 0);  // key p at p0 + p, the query at p0 + n - 1
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_k));
   const double q_max = require_finite_max_abs(fn, "q", q), k_max = require_finite_max_abs(fn, "k", k);
@@ -183,7 +154,7 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const K
   require_scores_in_range(fn, scale, d_k, q_max, k_max);
   // The last token sees all n positions: the causal rule keeps every key of its one row.
   const Tensor3 o = grouped_causal_attention(q, k, v, n, static_cast<float>(scale));
-  result.output = project_from_heads(o, w.w_o, result.projection_macs);
+  result.output = detail::project_from_heads(o, w.w_o, result.projection_macs);
   return result;
 }
 

@@ -46,6 +46,8 @@ Tensor2 project_from_heads(const Tensor3& o, const Tensor2& w_o, std::uint64_t& 
   return y;
 }
 
+}  // namespace detail
+
 double validate_grouped_attention(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                   std::size_t seq_k, const std::optional<double>& scale_option,
                                   const AttentionMask& mask) {
@@ -85,19 +87,16 @@ double validate_grouped_attention(const char* fn, const Tensor3& q, const Tensor
   return scale;
 }
 
-}  // namespace detail
-
 Tensor3 grouped_scaled_dot_product_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                              const AttentionConfig& cfg) {
   const char* fn = "grouped_scaled_dot_product_attention";
-  require_nonempty(fn, "k", k);
-  const double scale = detail::validate_grouped_attention(fn, q, k, v, k.shape()[1], cfg.scale, cfg.mask);
+  const double scale = validate_grouped_attention(fn, q, k, v, k.shape()[1], cfg.scale, cfg.mask);
   return detail::grouped_attention(q, k, v, k.shape()[1], scale, cfg.mask);
 }
 
-Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const GqaWeights& w, const KvHeads& heads,
-                                const AttentionConfig& cfg, const std::optional<AttentionRope>& rope) {
-  const char* fn = "grouped_query_attention";
+GqaShape validate_grouped_query_attention(const char* fn, const Tensor2& x_q, const Tensor2& x_kv, const GqaWeights& w,
+                                          const KvHeads& heads, const AttentionConfig& cfg,
+                                          const std::optional<AttentionRope>& rope) {
   const GqaShape shape = validate_gqa_weights(fn, w, heads);
   require_nonempty(fn, "x_q", x_q);
   require_nonempty(fn, "x_kv", x_kv);
@@ -105,9 +104,17 @@ Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const G
   require_dim(fn, "x_kv", x_kv, 1, "d_model", shape.d_model, "the rows of w_q");
   require_finite(fn, "x_q", x_q);
   require_finite(fn, "x_kv", x_kv);
-  const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
-  validate_attention_config(fn, h, x_q.shape()[0], x_kv.shape()[0], shape.head_dim, cfg);
+  validate_attention_config(fn, static_cast<std::size_t>(heads.num_heads), x_q.shape()[0], x_kv.shape()[0],
+                            shape.head_dim, cfg);
   if (rope) validate_attention_rope(fn, *rope, x_q.shape()[0], x_kv.shape()[0], shape.head_dim);
+  return shape;
+}
+
+Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const GqaWeights& w, const KvHeads& heads,
+                                const AttentionConfig& cfg, const std::optional<AttentionRope>& rope) {
+  const char* fn = "grouped_query_attention";
+  const GqaShape shape = validate_grouped_query_attention(fn, x_q, x_kv, w, heads, cfg, rope);
+  const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
 
   std::uint64_t macs = 0;  // not reported here; see prefill and decode (kv_cache.hpp)
   // h query heads from X_q; only g key and g value heads from X_kv.
@@ -120,7 +127,7 @@ Tensor2 grouped_query_attention(const Tensor2& x_q, const Tensor2& x_kv, const G
     q = apply_rope(q, rope->freqs, rope->layout, rope->first_position + query_shift);
     k = apply_rope(k, rope->freqs, rope->layout, rope->first_position);
   }
-  const double scale = detail::validate_grouped_attention(fn, q, k, v, k.shape()[1], cfg.scale, cfg.mask);
+  const double scale = validate_grouped_attention(fn, q, k, v, k.shape()[1], cfg.scale, cfg.mask);
   return detail::project_from_heads(detail::grouped_attention(q, k, v, k.shape()[1], scale, cfg.mask), w.w_o, macs);
 }
 

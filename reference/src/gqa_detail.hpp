@@ -2,11 +2,10 @@
 // The steps grouped-query attention (gqa_attention.cpp) and decoding with a KV cache
 // (kv_cache.cpp) share: the projections into heads and back, and the attention of query heads over
 // the first seq_k rows of shared key/value heads. Private to the reference library: the callers
-// check every input first.
+// check every input first (with ref::validate_grouped_attention, tvlab/ref/gqa_attention.hpp).
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 #include "tvlab/core/attention_mask.hpp"
 #include "tvlab/core/tensor.hpp"
@@ -21,11 +20,6 @@ Tensor3 project_to_heads(const Tensor2& x, std::size_t first_row, const Tensor2&
 /// Concatenates the heads and projects back: y(i, c) = sum_t sum_d o(t, i, d) w_o(t * head_dim + d, c).
 /// Adds the multiply-adds to `macs`.
 Tensor2 project_from_heads(const Tensor3& o, const Tensor2& w_o, std::uint64_t& macs);
-
-/// Checks q, k, v of grouped attention over the first seq_k rows of k and v for `function`
-/// (heads, shapes, finite values, the mask, the scale, scores within float's range); returns the scale.
-double validate_grouped_attention(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                  std::size_t seq_k, const std::optional<double>& scale, const AttentionMask& mask);
 
 /// Query head t of q attends to the first seq_k rows of kv head t / (h/g) of k and v, under `mask`
 /// (for seq_q queries and seq_k keys). Written in attention.cpp: chapter 00's

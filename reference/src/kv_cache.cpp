@@ -7,6 +7,7 @@
 #include "gqa_detail.hpp"
 #include "tvlab/core/attention_mask.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ref {
@@ -149,7 +150,7 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const K
   }
   // The last token sees all n positions: no mask needed.
   const AttentionMask none;
-  const double scale = detail::validate_grouped_attention(fn, q, k, v, n, std::nullopt, none);
+  const double scale = validate_grouped_attention(fn, q, k, v, n, std::nullopt, none);
   const Tensor3 o = detail::grouped_attention(q, k, v, n, scale, none);
   result.output = detail::project_from_heads(o, w.w_o, result.projection_macs);
   return result;
