@@ -107,8 +107,9 @@ using PagedE4m3Rows = PagedCodeRows<detail::dequantize_e4m3_row>;
 // consecutive rows of codes in one page, each with its scale, which the kernels of
 // detail/code_kernels.hpp turn into floats in registers (\f$ q \cdot \hat k_t = s_t\,(q \cdot c_t) \f$,
 // \f$ p_t \hat v_t = (p_t s_t)\, c_t \f$) with no buffer; the codes 64 positions ahead are prefetched
-// when they lie in one page and are attended, as PagedRows's floats are. For a head_dim of whole
-// registers; otherwise PagedCodeRows.
+// when they lie in one page and are attended, as PagedRows's floats are, and so are their scales,
+// which lie in another pool: without that, every page's scales would be a miss the core waits
+// for. For a head_dim of whole registers; otherwise PagedCodeRows.
 template <class CodeFormat>
 struct PagedCodesInPlace {
   using Codes = CodeFormat;
@@ -121,6 +122,8 @@ struct PagedCodesInPlace {
     const std::size_t row = map.row(kv, first), later = first + detail::kPrefetchDistance;
     const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
     const bool ahead = later + count <= map.length && one_page;
+    // The kernels prefetch the codes ahead; the page's scales (one line) are asked for here.
+    if (ahead) detail::prefetch_line(scales + map.row(kv, later));
     return {codes + row * map.dim, map.dim, scales + row, ahead ? codes + map.row(kv, later) * map.dim : nullptr};
   }
 };
