@@ -138,9 +138,20 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   const std::size_t heads = q.shape()[0], kv_heads = cache.num_kv_heads(), group = heads / kv_heads;
   const std::size_t d = cache.head_dim(), b = cache.block_size(), n = context_len;
   const ref::GqaDecodeDims dims{heads, kv_heads, group, block_table.size() * b, n, d, d, scale_value};
-  // piece = b: every request to the cache lies in one page (a block of 512 positions is 32 pages
-  // of 16, or 33 when the split begins inside a page).
-  const detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "context_len", dims, splits, b);
+  // Work items over whole physical blocks: an item is a split of the positions for all g kv heads,
+  // which, at each block of kPagedBlock positions, takes the heads in turn. A physical block of the
+  // pool holds the pages of all g heads one after the other (g b d floats, 64 KiB at g = 8, b = 16,
+  // d = 128), so its pages are read as a few sequential runs, where items (kv head, split) read
+  // each page as an 8 KiB piece at a different time. Measured at 32K positions, 2 threads, a
+  // shuffled table: 9.1 ms against 11.9 ms, the contiguous step taking 8.3 ms (at 128K, 41 against
+  // 51 ms, contiguous 30); blocks of 16 positions gained less (the online softmax's step per page),
+  // blocks of 128 to 512 about as much as 64. The splits are chosen as for one kv head.
+  constexpr std::size_t kPagedBlock = 64;
+  if (splits == 0) splits = gqa_decode_splits(n, 1, static_cast<std::size_t>(omp_get_max_threads()));
+  // piece = b: every request to the cache lies in one page.
+  detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "context_len", dims, splits, b);
+  shape.heads_per_item = kv_heads;
+  shape.block = kPagedBlock;
   const PageMap map{block_table, kv_heads, b, d, n};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d}), Tensor1::from_shape({heads})};
   float* out = result.out.data();

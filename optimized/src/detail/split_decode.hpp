@@ -106,6 +106,12 @@ struct SplitDecodeShape {
   /// positions, and a request covers whole quantization groups); the page size for a paged cache
   /// (so that a request lies in one page).
   std::size_t piece;
+  /// Kv heads one work item reads: 1, items (kv head, split), each reading one head's positions in
+  /// runs of `block`; or all g, items (split), which take the g heads in turn at each block of
+  /// positions. A paged pool `[num_blocks, g, b, d]` holds the pages of all g heads of a block
+  /// together, so the second order reads each physical block as a few sequential runs instead of
+  /// g pieces far apart in time (see paged_attention.cpp).
+  std::size_t heads_per_item = 1;
 };
 
 inline std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
@@ -249,14 +255,14 @@ template <class KeySource, class ValueSource>
 void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySource& keys, const ValueSource& values,
                     float* out, float* lse) {
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-  const auto& [heads, kv_heads, group, n, d, d_v, scale, splits, block, piece] = shape;
+  const auto& [heads, kv_heads, group, n, d, d_v, scale, splits, block, piece, heads_per_item] = shape;
   // The micro-kernels work on whole register widths: values and accumulators padded to dv_pad.
   const std::size_t dv_pad = round_up(d_v, kTileCols);
 
   // The partial state of every (split, query head): m, l and the unnormalised output O~ [dv_pad].
   // Split-major, so that a group's h/g rows are contiguous as the micro-kernel wants them.
   std::vector<float> part_m(splits * heads, neg_inf), part_l(splits * heads, 0.0f), part_o(splits * heads * dv_pad, 0.0f);
-  const auto items = static_cast<std::ptrdiff_t>(kv_heads * splits);
+  const auto items = static_cast<std::ptrdiff_t>(kv_heads / heads_per_item * splits);
 
 #pragma omp parallel
   {
@@ -266,48 +272,55 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
     const std::size_t most = std::min(piece, block);  // positions in the longest request
     std::vector<float> k_buffer(keys.needs_buffer(d) ? most * d : 0, 0.0f);
     std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? most * dv_pad : 0, 0.0f);
-#pragma omp for schedule(dynamic)
-    for (std::ptrdiff_t item = 0; item < items; ++item) {
-      const std::size_t kv = static_cast<std::size_t>(item) / splits, split = static_cast<std::size_t>(item) % splits;
-      const std::size_t begin = split * n / splits, end = (split + 1) * n / splits;
+    // Positions [c0, c0 + cols) of kv head kv, within split `split`: the scores of the group's h/g
+    // query rows, the online softmax's step, and P V into the split's partial state.
+    const auto attend_block = [&](std::size_t kv, std::size_t split, std::size_t c0, std::size_t cols) {
       const float* qg = q + kv * group * d;  // the group's h/g query rows [h/g, d]
       float* m = part_m.data() + split * heads + kv * group;
       float* l = part_l.data() + split * heads + kv * group;
       float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
-      for (std::size_t c0 = begin; c0 < end; c0 += block) {
-        const std::size_t cols = std::min(block, end - c0);
-        // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested in order,
-        // each request ending at the next multiple of `piece` (request_length).
-        for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
-          count = request_length(c0 + p0, cols - p0, piece);
-          if constexpr (CodeSource<KeySource>) {  // the codes read in place, s_t applied to each dot product
-            scores_from_codes<typename KeySource::Codes>(qg, group, keys.code_rows(kv, c0 + p0, count), count, d, scale,
-                                                         s.data() + p0, block);
-          } else {
-            const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
-            scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
-          }
-        }
-        // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
-        // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
-        for (std::size_t r = 0; r < group; ++r) {
-          float* srow = s.data() + r * block;
-          std::fill(srow + cols, srow + block, neg_inf);
-          online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
-        }
-        // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
-        // the values requested as the keys were.
-        for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
-          count = request_length(c0 + p0, cols - p0, piece);
-          if constexpr (CodeSource<ValueSource>) {  // the codes read in place, s_t folded into p_t
-            accumulate_pv_from_codes<typename ValueSource::Codes>(
-                s.data() + p0, block, values.code_rows(kv, c0 + p0, count), o, group, count, d_v, dv_pad);
-          } else {
-            const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
-            accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
-          }
+      // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested in order,
+      // each request ending at the next multiple of `piece` (request_length).
+      for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
+        count = request_length(c0 + p0, cols - p0, piece);
+        if constexpr (CodeSource<KeySource>) {  // the codes read in place, s_t applied to each dot product
+          scores_from_codes<typename KeySource::Codes>(qg, group, keys.code_rows(kv, c0 + p0, count), count, d, scale,
+                                                       s.data() + p0, block);
+        } else {
+          const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
+          scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
         }
       }
+      // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
+      // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
+      for (std::size_t r = 0; r < group; ++r) {
+        float* srow = s.data() + r * block;
+        std::fill(srow + cols, srow + block, neg_inf);
+        online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
+      }
+      // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
+      // the values requested as the keys were.
+      for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
+        count = request_length(c0 + p0, cols - p0, piece);
+        if constexpr (CodeSource<ValueSource>) {  // the codes read in place, s_t folded into p_t
+          accumulate_pv_from_codes<typename ValueSource::Codes>(s.data() + p0, block, values.code_rows(kv, c0 + p0, count),
+                                                                o, group, count, d_v, dv_pad);
+        } else {
+          const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
+          accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
+        }
+      }
+    };
+#pragma omp for schedule(dynamic)
+    for (std::ptrdiff_t item = 0; item < items; ++item) {
+      // Item = (heads first_kv .. first_kv + heads_per_item, split), in blocks of positions, and
+      // within a block the item's heads in turn.
+      const std::size_t first_kv = static_cast<std::size_t>(item) / splits * heads_per_item;
+      const std::size_t split = static_cast<std::size_t>(item) % splits;
+      const std::size_t begin = split * n / splits, end = (split + 1) * n / splits;
+      for (std::size_t c0 = begin; c0 < end; c0 += block)
+        for (std::size_t kv = first_kv; kv < first_kv + heads_per_item; ++kv)
+          attend_block(kv, split, c0, std::min(block, end - c0));
     }
 
     // Merge the splits of each query head, as online_softmax_merge merges two softmax states:
