@@ -272,45 +272,6 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
     const std::size_t most = std::min(piece, block);  // positions in the longest request
     std::vector<float> k_buffer(keys.needs_buffer(d) ? most * d : 0, 0.0f);
     std::vector<float> v_buffer(values.needs_buffer(dv_pad) ? most * dv_pad : 0, 0.0f);
-    // Positions [c0, c0 + cols) of kv head kv, within split `split`: the scores of the group's h/g
-    // query rows, the online softmax's step, and P V into the split's partial state.
-    const auto attend_block = [&](std::size_t kv, std::size_t split, std::size_t c0, std::size_t cols) {
-      const float* qg = q + kv * group * d;  // the group's h/g query rows [h/g, d]
-      float* m = part_m.data() + split * heads + kv * group;
-      float* l = part_l.data() + split * heads + kv * group;
-      float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
-      // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested in order,
-      // each request ending at the next multiple of `piece` (request_length).
-      for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
-        count = request_length(c0 + p0, cols - p0, piece);
-        if constexpr (CodeSource<KeySource>) {  // the codes read in place, s_t applied to each dot product
-          scores_from_codes<typename KeySource::Codes>(qg, group, keys.code_rows(kv, c0 + p0, count), count, d, scale,
-                                                       s.data() + p0, block);
-        } else {
-          const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
-          scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
-        }
-      }
-      // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
-      // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
-      for (std::size_t r = 0; r < group; ++r) {
-        float* srow = s.data() + r * block;
-        std::fill(srow + cols, srow + block, neg_inf);
-        online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
-      }
-      // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
-      // the values requested as the keys were.
-      for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
-        count = request_length(c0 + p0, cols - p0, piece);
-        if constexpr (CodeSource<ValueSource>) {  // the codes read in place, s_t folded into p_t
-          accumulate_pv_from_codes<typename ValueSource::Codes>(s.data() + p0, block, values.code_rows(kv, c0 + p0, count),
-                                                                o, group, count, d_v, dv_pad);
-        } else {
-          const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
-          accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
-        }
-      }
-    };
 #pragma omp for schedule(dynamic)
     for (std::ptrdiff_t item = 0; item < items; ++item) {
       // Item = (heads first_kv .. first_kv + heads_per_item, split), in blocks of positions, and
@@ -319,8 +280,46 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
       const std::size_t split = static_cast<std::size_t>(item) % splits;
       const std::size_t begin = split * n / splits, end = (split + 1) * n / splits;
       for (std::size_t c0 = begin; c0 < end; c0 += block)
-        for (std::size_t kv = first_kv; kv < first_kv + heads_per_item; ++kv)
-          attend_block(kv, split, c0, std::min(block, end - c0));
+        for (std::size_t kv = first_kv; kv < first_kv + heads_per_item; ++kv) {
+          // Positions [c0, c0 + cols) of kv head kv: the scores of the group's h/g query rows, the
+          // online softmax's step, and P V into the split's partial state.
+          const std::size_t cols = std::min(block, end - c0);
+          const float* qg = q + kv * group * d;  // the group's h/g query rows [h/g, d]
+          float* m = part_m.data() + split * heads + kv * group;
+          float* l = part_l.data() + split * heads + kv * group;
+          float* o = part_o.data() + (split * heads + kv * group) * dv_pad;
+          // S[r][c] = scale q_r . k_{c0+c} for the h/g rows of the group, the keys requested in order,
+          // each request ending at the next multiple of `piece` (request_length).
+          for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
+            count = request_length(c0 + p0, cols - p0, piece);
+            if constexpr (CodeSource<KeySource>) {  // the codes read in place, s_t applied to each dot product
+              scores_from_codes<typename KeySource::Codes>(qg, group, keys.code_rows(kv, c0 + p0, count), count, d, scale,
+                                                           s.data() + p0, block);
+            } else {
+              const RowBlock kb = keys.rows(kv, c0 + p0, count, d, k_buffer.data());
+              scores_register_blocked(qg, group, kb.rows, kb.stride, count, d, scale, s.data() + p0, block, kb.ahead);
+            }
+          }
+          // Per query row: columns past the split count as -inf; m' = max(m, rowmax S), P~ = e^{S - m'},
+          // l' = e^{m - m'} l + rowsum P~, O~ row *= e^{m - m'} (chapter 04's step).
+          for (std::size_t r = 0; r < group; ++r) {
+            float* srow = s.data() + r * block;
+            std::fill(srow + cols, srow + block, neg_inf);
+            online_softmax_row(srow, block, m[r], l[r], o + r * dv_pad, dv_pad);
+          }
+          // O~ += P~ V_block: [h/g, cols] x [cols, d_v], four query rows sharing every load of V,
+          // the values requested as the keys were.
+          for (std::size_t p0 = 0, count = 0; p0 < cols; p0 += count) {
+            count = request_length(c0 + p0, cols - p0, piece);
+            if constexpr (CodeSource<ValueSource>) {  // the codes read in place, s_t folded into p_t
+              accumulate_pv_from_codes<typename ValueSource::Codes>(s.data() + p0, block, values.code_rows(kv, c0 + p0, count),
+                                                                    o, group, count, d_v, dv_pad);
+            } else {
+              const RowBlock vb = values.rows(kv, c0 + p0, count, dv_pad, v_buffer.data());
+              accumulate_pv(s.data() + p0, block, vb.rows, vb.stride, o, group, count, dv_pad, vb.ahead);
+            }
+          }
+        }
     }
 
     // Merge the splits of each query head, as online_softmax_merge merges two softmax states:
