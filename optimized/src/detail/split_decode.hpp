@@ -241,7 +241,8 @@ inline std::size_t request_length(std::size_t first, std::size_t left, std::size
 }
 
 /// One decode step, split-K (Dao et al., 2023): threads take the work items (kv head, split of the
-/// positions); each reads its keys and values once, `shape.block` positions at a time (requested
+/// positions), or (split) over all kv heads when `shape.heads_per_item` is g; each kv head's keys
+/// and values within a split are read once, `shape.block` positions at a time (requested
 /// from the cache in requests that never cross a multiple of `shape.piece`), for all h/g
 /// query heads of the group, and keeps per query head the online softmax's partial state
 /// \f$ (m, \ell, \tilde O) \f$ over its split. The partials are then merged per query head:
