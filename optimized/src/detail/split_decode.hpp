@@ -25,8 +25,8 @@
 
 namespace tvlab::opt::detail {
 
-/// How many positions ahead of the rows it computes on the kernel asks for rows: 64 rows of d = 128
-/// floats are 32 KiB, about the time the scores (or P V) of 64 positions take to read from memory.
+/// How many positions ahead of the rows it computes on the kernel asks for rows: 64, 32 KiB ahead at
+/// d = 128, so that the lines have arrived by the time the 64 positions before them are computed.
 /// A multiple of 16, so that on a paged cache with pages of 16 the rows ahead lie in one page as
 /// the rows requested do. Measured at 32K positions, GQA (g = 8), 2 threads: without these
 /// prefetches a core alternates between waiting for memory and computing (15.9 ms); with them, 10.6
