@@ -103,6 +103,25 @@ struct PagedCodeRows {
 using PagedInt8Rows = PagedCodeRows<detail::dequantize_int8_row>;
 using PagedE4m3Rows = PagedCodeRows<detail::dequantize_e4m3_row>;
 
+// A bf16 pool read in place (a detail::CodeSource): a request's rows are `count` consecutive rows
+// of 16-bit values in one page, widened in registers by detail::Bf16Codes (no scale), the rows 64
+// positions ahead prefetched as PagedRows's floats are. For a head_dim of whole registers;
+// otherwise PagedBf16Rows.
+struct PagedBf16InPlace {
+  using Codes = detail::Bf16Codes;
+  const std::uint16_t* pool;
+  PageMap map;
+
+  bool needs_buffer(std::size_t) const { return false; }
+  detail::CodeBlock code_rows(std::size_t kv, std::size_t first, std::size_t count) const {
+    const std::size_t later = first + detail::kPrefetchDistance, row_bytes = map.dim * sizeof(std::uint16_t);
+    const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
+    const auto bytes_of = [&](std::size_t t) { return reinterpret_cast<const std::uint8_t*>(pool + map.row(kv, t) * map.dim); };
+    // The page ahead is looked up in the table only when it is attended.
+    return {bytes_of(first), row_bytes, nullptr, later + count <= map.length && one_page ? bytes_of(later) : nullptr};
+  }
+};
+
 // An INT8 or E4M3 pool read in place (a detail::CodeSource): a request's rows are `count`
 // consecutive rows of codes in one page, each with its scale, which the kernels of
 // detail/code_kernels.hpp turn into floats in registers (\f$ q \cdot \hat k_t = s_t\,(q \cdot c_t) \f$,
@@ -157,7 +176,7 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   float* out = result.out.data();
   float* lse = result.lse.data();
   // The same kernel for every storage; only the row source, which turns a request into floats, differs.
-  // INT8 and FP8 pages are read in place by the kernels over codes when a head is whole registers.
+  // bf16, INT8 and FP8 pages are read in place by the kernels over codes when a head is whole registers.
   const bool in_place = d % detail::kLanes == 0;
   switch (cache.storage()) {
     case PagedKvStorage::fp32:
@@ -165,8 +184,12 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
                              PagedRows{cache.value_blocks().data(), map}, out, lse);
       break;
     case PagedKvStorage::bf16:
-      detail::split_k_decode(q.data(), shape, PagedBf16Rows{cache.key_bits().data(), map},
-                             PagedBf16Rows{cache.value_bits().data(), map}, out, lse);
+      if (in_place)
+        detail::split_k_decode(q.data(), shape, PagedBf16InPlace{cache.key_bits().data(), map},
+                               PagedBf16InPlace{cache.value_bits().data(), map}, out, lse);
+      else
+        detail::split_k_decode(q.data(), shape, PagedBf16Rows{cache.key_bits().data(), map},
+                               PagedBf16Rows{cache.value_bits().data(), map}, out, lse);
       break;
     case PagedKvStorage::int8:
       if (in_place)

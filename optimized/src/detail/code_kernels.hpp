@@ -26,6 +26,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "flash_tiles.hpp"
@@ -55,6 +56,7 @@ inline IntBatch sign_extended_codes(const std::uint8_t* p) {
 
 /// Symmetric INT8 codes: c is the two's complement byte, read as a float exactly.
 struct Int8Codes {
+  static constexpr std::size_t kBytes = 1;  // per element
   static FloatBatch load(const std::uint8_t* p) { return xsimd::batch_cast<float>(sign_extended_codes(p)); }
 };
 
@@ -66,6 +68,7 @@ struct Int8Codes {
 /// (the bits 0x7fc00000, still NaN after the multiplication), so a NaN in the cache reaches the
 /// output as it does through the buffer path.
 struct E4m3Codes {
+  static constexpr std::size_t kBytes = 1;
   static FloatBatch load(const std::uint8_t* p) {
     const IntBatch b = sign_extended_codes(p);
     const IntBatch placed = (b << 20) & IntBatch(static_cast<std::int32_t>(0x87f00000u));
@@ -73,6 +76,33 @@ struct E4m3Codes {
     return xsimd::bitwise_cast<FloatBatch>(bits) * FloatBatch(0x1p120f);
   }
 };
+
+/// bf16 values, two bytes each (little-endian): a bf16 value is the top half of the float it
+/// stands for, so widening each 16-bit value to 32 bits and shifting it left by 16 gives that float
+/// exactly. A bf16 cache has no scale (its CodeBlock's `scales` is nullptr: \f$ s_t = 1 \f$). xsimd
+/// 8.1 has no widening load from 16 to 32 bits either: vpmovzxwd on AVX-512 and AVX2.
+struct Bf16Codes {
+  static constexpr std::size_t kBytes = 2;
+  static FloatBatch load(const std::uint8_t* p) {
+#if defined(__AVX512F__)
+    const IntBatch widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#elif defined(__AVX2__)
+    const IntBatch widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+    alignas(64) std::int32_t lanes[kLanes];
+    for (std::size_t i = 0; i < kLanes; ++i) {
+      std::uint16_t bits;
+      std::memcpy(&bits, p + 2 * i, sizeof bits);
+      lanes[i] = static_cast<std::int32_t>(bits);
+    }
+    const IntBatch widened = IntBatch::load_aligned(lanes);
+#endif
+    return xsimd::bitwise_cast<FloatBatch>(widened << 16);
+  }
+};
+
+/// Row c's scale \f$ s_c \f$, or 1 for a cache without scales (bf16).
+inline float scale_of(const CodeBlock& block, std::size_t c) { return block.scales != nullptr ? block.scales[c] : 1.0f; }
 
 /// S[r][c] = scale s_c (q_r . c_c) for r < rows, c < cols, one query row and four keys at a time
 /// (four independent chains of FMAs, as scores_by_dot_products): the rows and keys the register
@@ -87,16 +117,17 @@ void scores_by_code_dot_products(const float* q, std::size_t rows, const CodeBlo
       for (std::size_t e = 0; e < d; e += kLanes) {
         const FloatBatch qe = FloatBatch::load_unaligned(q + r * d + e);
         for (std::size_t x = 0; x < 4; ++x)
-          acc[x] = xsimd::fma(qe, Codes::load(keys.codes + (c + x) * keys.stride + e), acc[x]);
+          acc[x] = xsimd::fma(qe, Codes::load(keys.codes + (c + x) * keys.stride + e * Codes::kBytes), acc[x]);
       }
-      for (std::size_t x = 0; x < 4; ++x) s[r * lds + c + x] = scale * keys.scales[c + x] * xsimd::hadd(acc[x]);
+      for (std::size_t x = 0; x < 4; ++x) s[r * lds + c + x] = scale * scale_of(keys, c + x) * xsimd::hadd(acc[x]);
     }
   for (; c < cols; ++c)  // the last cols % 4 keys, one at a time
     for (std::size_t r = 0; r < rows; ++r) {
       FloatBatch acc(0.0f);
       for (std::size_t e = 0; e < d; e += kLanes)
-        acc = xsimd::fma(FloatBatch::load_unaligned(q + r * d + e), Codes::load(keys.codes + c * keys.stride + e), acc);
-      s[r * lds + c] = scale * keys.scales[c] * xsimd::hadd(acc);
+        acc = xsimd::fma(FloatBatch::load_unaligned(q + r * d + e), Codes::load(keys.codes + c * keys.stride + e * Codes::kBytes),
+                        acc);
+      s[r * lds + c] = scale * scale_of(keys, c) * xsimd::hadd(acc);
     }
 }
 
@@ -120,10 +151,11 @@ void scores_from_codes(const float* q, std::size_t rows, const CodeBlock& keys, 
       for (std::size_t e = 0; e < d; e += kLanes) {
         FloatBatch k[K];
         for (std::size_t x = 0; x < K; ++x) {
-          const std::uint8_t* codes = keys.codes + (c + x) * keys.stride + e;
+          const std::uint8_t* codes = keys.codes + (c + x) * keys.stride + e * Codes::kBytes;
           k[x] = Codes::load(codes);
           keep_in_register(k[x]);
-          if (keys.ahead != nullptr && r == 0 && e % kLine == 0) prefetch_line(keys.ahead + (c + x) * keys.stride + e);
+          if (keys.ahead != nullptr && r == 0 && e * Codes::kBytes % kLine == 0)
+            prefetch_line(keys.ahead + (c + x) * keys.stride + e * Codes::kBytes);
         }
         for (std::size_t i = 0; i < R; ++i) {
           FloatBatch qe = FloatBatch::load_unaligned(q + (r + i) * d + e);
@@ -136,11 +168,12 @@ void scores_from_codes(const float* q, std::size_t rows, const CodeBlock& keys, 
       xsimd::haddp(acc).store_aligned(dots);
       for (std::size_t i = 0; i < R; ++i)
         for (std::size_t x = 0; x < K; ++x)
-          s[(r + i) * lds + c + x] = scale * keys.scales[c + x] * dots[lane_of[i * K + x]];
+          s[(r + i) * lds + c + x] = scale * scale_of(keys, c + x) * dots[lane_of[i * K + x]];
     }
   // The rest: keys past cols_blocked for the blocked rows, then the rows past rows_blocked.
   if (cols_blocked < cols) {
-    const CodeBlock rest{keys.codes + cols_blocked * keys.stride, keys.stride, keys.scales + cols_blocked};
+    const CodeBlock rest{keys.codes + cols_blocked * keys.stride, keys.stride,
+                         keys.scales != nullptr ? keys.scales + cols_blocked : nullptr};
     scores_by_code_dot_products<Codes>(q, rows_blocked, rest, cols - cols_blocked, d, scale, s + cols_blocked, lds);
   }
   if (rows_blocked < rows)
@@ -160,16 +193,16 @@ void pv_codes_block(const float* p, std::size_t lds, const CodeBlock& values, fl
   for (std::size_t i = 0; i < Rows; ++i)
     for (std::size_t x = 0; x < V; ++x) acc[i][x] = FloatBatch::load_unaligned(o + i * ldo + e0 + x * kLanes);
   for (std::size_t c = 0; c < cols; ++c) {
-    const std::uint8_t* row = values.codes + c * values.stride + e0;
+    const std::uint8_t* row = values.codes + c * values.stride + e0 * Codes::kBytes;
     FloatBatch b[V];
     for (std::size_t x = 0; x < V; ++x) {
-      b[x] = Codes::load(row + x * kLanes);
+      b[x] = Codes::load(row + x * kLanes * Codes::kBytes);
       keep_in_register(b[x]);
       const std::size_t e = e0 + x * kLanes;
-      if (ask_ahead && e % kLine == 0) prefetch_line(values.ahead + c * values.stride + e);
+      if (ask_ahead && e * Codes::kBytes % kLine == 0) prefetch_line(values.ahead + c * values.stride + e * Codes::kBytes);
     }
     for (std::size_t i = 0; i < Rows; ++i) {
-      const FloatBatch a(p[i * lds + c] * values.scales[c]);  // p_t s_t, broadcast
+      const FloatBatch a(p[i * lds + c] * scale_of(values, c));  // p_t s_t, broadcast
       for (std::size_t x = 0; x < V; ++x) acc[i][x] = xsimd::fma(a, b[x], acc[i][x]);
     }
   }

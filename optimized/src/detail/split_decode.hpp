@@ -44,10 +44,11 @@ struct RowBlock {
   const float* ahead = nullptr;
 };
 
-/// Rows of one-byte codes handed out by a cache whose rows are \f$ \hat x_t = s_t\, c_t \f$ (one
-/// scale per position): row c's codes at `codes + c * stride`, its scale at `scales[c]`, and the
-/// codes kPrefetchDistance positions later at `ahead + c * stride` (nullptr when past the positions
-/// attended). The kernels of code_kernels.hpp read them without converting them into a buffer.
+/// Rows of codes handed out by a cache whose rows are \f$ \hat x_t = s_t\, c_t \f$ (one scale per
+/// position): row c's codes at `codes + c * stride` (bytes; a code is 1 byte, or 2 for bf16), its
+/// scale at `scales[c]` (nullptr: no scale, \f$ s_t = 1 \f$), and the codes kPrefetchDistance
+/// positions later at `ahead + c * stride` (nullptr when past the positions attended). The kernels
+/// of code_kernels.hpp read them without converting them into a buffer.
 struct CodeBlock {
   const std::uint8_t* codes;
   std::size_t stride;
