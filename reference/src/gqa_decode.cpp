@@ -19,8 +19,8 @@ GqaDecodeDims validate_decode_step(const char* function, const Tensor2& q, const
           " (one value head per key head)");
   require(v.capacity == k.capacity, function, v_name, " has capacity ", v.capacity, ", expected ", k.capacity,
           " (the value cache holds the key cache's positions)");
-  require(heads % k.heads == 0, function, "the query heads (", heads, ", rows of q) must be a multiple of the kv heads (",
-          k.heads, ", first axis of ", k_name, "): each kv head serves h/g query heads");
+  require(heads % k.heads == 0, function, "num_heads (", heads, ", the rows of q) must be a multiple of num_kv_heads (",
+          k.heads, ", the first axis of ", k_name, "): each kv head serves h/g query heads");
   require(length >= 1 && length <= k.capacity, function, "length (", length, ") must be in [1, capacity = ", k.capacity,
           "]: the step attends to at least the token itself and to no position the cache has no room for");
   const double scale_value = scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));

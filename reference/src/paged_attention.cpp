@@ -16,8 +16,8 @@ double validate_decode_query(const char* function, const Tensor2& q, const Paged
   const std::size_t num_heads = q.shape()[0], g = cache.num_kv_heads();
   require(num_heads > 0, function, "q has no head (shape ", shape_string_of(q), ")");
   require_dim(function, "q", q, 1, "head_dim", cache.head_dim(), "the cache's head_dim");
-  require(num_heads % g == 0, function, "q has num_heads ", num_heads, ", which must be a multiple of the cache's ",
-          "num_kv_heads (", g, "): each group of num_heads / num_kv_heads query heads shares one key/value head");
+  require(num_heads % g == 0, function, "num_heads (", num_heads, ", the rows of q) must be a multiple of ",
+          "num_kv_heads (", g, ", the cache's): each kv head serves h/g query heads");
   require_finite(function, "q", q);
   if (scale) {
     require(std::isfinite(*scale) && *scale > 0 && *scale <= std::numeric_limits<float>::max(), function, "scale (",

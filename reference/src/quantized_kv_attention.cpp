@@ -32,8 +32,8 @@ double validate_quantized_decode(const char* function, const Tensor2& q, const Q
   const std::size_t num_heads = q.shape()[0];
   require(num_heads > 0, function, "q has no head (shape ", shape_string_of(q), ")");
   require_dim(function, "q", q, 1, "head_dim", k.head_dim, "the head_dim of k");
-  require(num_heads % k.heads == 0, function, "q has num_heads ", num_heads, ", which must be a multiple of k's ",
-          "num_kv_heads (", k.heads, ")");
+  require(num_heads % k.heads == 0, function, "num_heads (", num_heads, ", the rows of q) must be a multiple of ",
+          "num_kv_heads (", k.heads, ", the heads of k): each kv head serves h/g query heads");
   require_finite(function, "q", q);
   if (scale) {
     require(std::isfinite(*scale) && *scale > 0, function, "scale (", *scale, ") must be positive and finite");

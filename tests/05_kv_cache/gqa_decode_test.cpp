@@ -191,7 +191,7 @@ TEST(GqaDecode, bad_input_is_an_error_naming_the_parameter) {
                  }});
   for (const Version& version : all) {
     const DecodeFn& f = version.fn;
-    EXPECT_TRUE(throws_error_naming([&] { f(q_odd_heads, cache.k, cache.v, c.length); }, {"gqa_decode_attention", "query heads (7", "kv heads (2"}))
+    EXPECT_TRUE(throws_error_naming([&] { f(q_odd_heads, cache.k, cache.v, c.length); }, {"gqa_decode_attention", "num_heads (7", "num_kv_heads (2"}))
         << version.name << ": 7 query heads cannot be shared by 2 kv heads";
     EXPECT_TRUE(throws_error_naming([&] { f(cache.q, cache.k, cache.v, 0); }, {"length (0)"})) << version.name;
     EXPECT_TRUE(throws_error_naming([&] { f(cache.q, cache.k, cache.v, c.capacity + 1); }, {"length (7)", "capacity = 6"}))

@@ -324,7 +324,7 @@ TEST(QuantizedKvDecode, bad_input_is_an_error_naming_the_parameter) {
   const QuantizedKv v_longer = quantize_kv(rng.normal_tensor(g, n + 1, d), int8_per_token(d));
   EXPECT_TRUE(throws_error_naming([&] { decode(q, k, v_longer, n); }, {"v has shape [2, 8, 6]", "the shape of k"}));
   EXPECT_TRUE(throws_error_naming([&] { decode(rng.normal_matrix(h, d + 2), k, v, n); }, {"k has head_dim 6", "expected 8"}));
-  EXPECT_TRUE(throws_error_naming([&] { decode(rng.normal_matrix(7, d), k, v, n); }, {"query heads (7", "kv heads (2"}));
+  EXPECT_TRUE(throws_error_naming([&] { decode(rng.normal_matrix(7, d), k, v, n); }, {"num_heads (7", "num_kv_heads (2"}));
   Tensor2 q_nan = q;
   q_nan(1, 2) = kNan;
   EXPECT_TRUE(throws_error_naming([&] { decode(q_nan, k, v, n); }, {"q", "non-finite"}));

@@ -137,8 +137,8 @@ TEST_P(DecodeErrors, bad_input_names_the_parameter) {
   EXPECT_TRUE(throws_error_naming(decode(in.q, in.k, in.v, 7), {"length", "capacity"})) << "length 7 > capacity 6";
   EXPECT_TRUE(throws_error_naming(decode(in.q, in.k, in.v, 4, -1.0), {"scale"})) << "scale -1";
   const Inputs three_heads = make_inputs({"h 3 g 2", 3, 2, 8, 8, 6, 4}, 4);
-  // ("query heads (3" and "kv heads (2" in the library, "num_heads (3" and "num_kv_heads (2" in the exercise)
-  EXPECT_TRUE(throws_error_naming(decode(three_heads.q, in.k, in.v, 4), {"heads (3", "heads (2"})) << "h = 3, g = 2";
+  // ("num_heads (3" and "num_kv_heads (2", in the library as in the exercise)
+  EXPECT_TRUE(throws_error_naming(decode(three_heads.q, in.k, in.v, 4), {"num_heads (3", "num_kv_heads (2"})) << "h = 3, g = 2";
   const Tensor3 narrow_k = xt::view(in.k, xt::all(), xt::all(), xt::range(0, 7));
   EXPECT_TRUE(throws_error_naming(decode(in.q, narrow_k, in.v, 4), {"k_cache"})) << "k_cache of head_dim 7, q of 8";
   const Tensor3 short_v = xt::view(in.v, xt::all(), xt::range(0, 5), xt::all());
@@ -506,7 +506,7 @@ TEST_P(PagedSequences, bad_input_names_the_parameter) {
       << "a block past the pool";
   EXPECT_TRUE(throws_error_naming(step(in.q, {table[0], pool - 1, table[2]}, 10), {"block_table[1]", "free block"}))
       << "a free block";
-  EXPECT_TRUE(throws_error_naming(step(Rng(6).normal_matrix(3, 8), table, 10), {"num_heads 3", "num_kv_heads"}))
+  EXPECT_TRUE(throws_error_naming(step(Rng(6).normal_matrix(3, 8), table, 10), {"num_heads (3", "num_kv_heads (2"}))
       << "h = 3, g = 2";
   EXPECT_TRUE(throws_error_naming(step(Rng(6).normal_matrix(4, 7), table, 10), {"q", "head_dim"})) << "d 7, cache 8";
   Tensor2 q_nan = in.q;
