@@ -136,9 +136,7 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const K
                                   const std::optional<AttentionRope>& rope) {
   const char* fn = "decode_without_cache";
   const GqaShape shape = validate_gqa_weights(fn, w, heads);
-  require_nonempty(fn, "x", x);
-  require_dim(fn, "x", x, 1, "d_model", shape.d_model, "the rows of w_q");
-  require_finite(fn, "x", x);
+  require_layer_tokens(fn, "x", x, shape);
   const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
   const std::size_t n = x.shape()[0], d_k = shape.head_dim;
   if (rope) validate_attention_rope(fn, *rope, 1, n, d_k);

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "tvlab/core/error.hpp"
-#include "tvlab/opt/online_softmax.hpp"
 
 #include "detail/blas.hpp"
 #include "detail/flash_tiles.hpp"
+#include "detail/split_decode.hpp"
 
 namespace tvlab::opt {
 namespace {
@@ -184,25 +184,13 @@ MlaDecodeAttention mla_absorbed_decode_attention_split_k(const Tensor2& q_absorb
   require_cache_in_range(latents, rope_keys, length, q_max,
                          *std::max_element(part_key_max.begin(), part_key_max.end()), scale);
 
-  // Merge the splits per head (chapter 04): m = max_r m_r, l = sum_r e^{m_r - m} l_r,
-  // a = sum_r e^{m_r - m} O~_r / l, L = m + ln l.
+  // Merge the splits per head (chapter 04's merge of two softmax states, over all the splits).
   MlaDecodeAttention result{Tensor2::from_shape({heads, d_c}), Tensor1::from_shape({heads})};
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t head = 0; head < static_cast<std::ptrdiff_t>(heads); ++head) {
     const auto i = static_cast<std::size_t>(head);
-    SoftmaxState merged;
-    for (std::size_t r = 0; r < splits; ++r)
-      merged = online_softmax_merge(merged, {part_m[r * heads + i], part_l[r * heads + i]});
-    float* out = result.out_latent.data() + i * d_c;
-    std::fill(out, out + d_c, 0.0f);
-    for (std::size_t r = 0; r < splits; ++r) {
-      // Every split holds a position, so m_r is finite; e^{m_r - m} underflows to 0 for a split far below the peak.
-      const auto weight = static_cast<float>(std::exp(part_m[r * heads + i] - merged.max) / merged.sum);
-      const float* o = part_o.data() + (r * heads + i) * d_c;
-#pragma omp simd
-      for (std::size_t e = 0; e < d_c; ++e) out[e] += weight * o[e];
-    }
-    result.lse(i) = static_cast<float>(merged.max + std::log(merged.sum));
+    detail::merge_split_states(i, splits, heads, part_m.data(), part_l.data(), part_o.data(), d_c,
+                               d_c, result.out_latent.data() + i * d_c, result.lse(i));
   }
   require_finite_result(result);
   return result;

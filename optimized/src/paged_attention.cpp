@@ -164,51 +164,46 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   // each page as an 8 KiB piece at a different time. Measured at 32K positions, 2 threads, a
   // shuffled table: 9.1 ms against 11.9 ms, the contiguous step taking 8.3 ms (at 128K, 41 against
   // 51 ms, contiguous 30); blocks of 16 positions gained less (the online softmax's step per page),
-  // blocks of 128 to 512 about as much as 64. The splits are chosen as for one kv head.
+  // blocks of 128 to 512 about as much as 64. The splits are chosen for one item per split; piece
+  // = b: every request to the cache lies in one page.
   constexpr std::size_t kPagedBlock = 64;
-  if (splits == 0) splits = gqa_decode_splits(n, 1, static_cast<std::size_t>(omp_get_max_threads()));
-  // piece = b: every request to the cache lies in one page.
-  detail::SplitDecodeShape shape = detail::split_decode_shape(kFunction, "context_len", dims, splits, b);
-  shape.heads_per_item = kv_heads;
-  shape.block = kPagedBlock;
+  const detail::SplitDecodeShape shape = detail::split_decode_shape(
+      kFunction, "context_len", dims, splits, {.piece = b, .block = kPagedBlock, .heads_per_item = kv_heads});
   const PageMap map{block_table, kv_heads, b, d, n};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d}), Tensor1::from_shape({heads})};
   float* out = result.out.data();
   float* lse = result.lse.data();
-  // The same kernel for every storage; only the row source, which turns a request into floats, differs.
   // bf16, INT8 and FP8 pages are read in place by the kernels over codes when a head is whole registers.
   const bool in_place = d % detail::kLanes == 0;
+  // The same kernel for every storage; only the row sources, which hand out a page's rows, differ.
+  const auto run = [&](const auto& keys, const auto& values) { detail::split_k_decode(q.data(), shape, keys, values, out, lse); };
   switch (cache.storage()) {
     case PagedKvStorage::fp32:
-      detail::split_k_decode(q.data(), shape, PagedRows{cache.key_blocks().data(), map},
-                             PagedRows{cache.value_blocks().data(), map}, out, lse);
+      run(PagedRows{cache.key_blocks().data(), map}, PagedRows{cache.value_blocks().data(), map});
       break;
-    case PagedKvStorage::bf16:
+    case PagedKvStorage::bf16: {
+      const std::uint16_t *k = cache.key_bits().data(), *v = cache.value_bits().data();
       if (in_place)
-        detail::split_k_decode(q.data(), shape, PagedBf16InPlace{cache.key_bits().data(), map},
-                               PagedBf16InPlace{cache.value_bits().data(), map}, out, lse);
+        run(PagedBf16InPlace{k, map}, PagedBf16InPlace{v, map});
       else
-        detail::split_k_decode(q.data(), shape, PagedBf16Rows{cache.key_bits().data(), map},
-                               PagedBf16Rows{cache.value_bits().data(), map}, out, lse);
+        run(PagedBf16Rows{k, map}, PagedBf16Rows{v, map});
       break;
+    }
     case PagedKvStorage::int8:
-      if (in_place)
-        detail::split_k_decode(
-            q.data(), shape, PagedCodesInPlace<detail::Int8Codes>{cache.key_codes().data(), cache.key_scales().data(), map},
-            PagedCodesInPlace<detail::Int8Codes>{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+    case PagedKvStorage::fp8_e4m3: {
+      const std::uint8_t *kc = cache.key_codes().data(), *vc = cache.value_codes().data();
+      const float *ks = cache.key_scales().data(), *vs = cache.value_scales().data();
+      const bool int8 = cache.storage() == PagedKvStorage::int8;
+      if (in_place && int8)
+        run(PagedCodesInPlace<detail::Int8Codes>{kc, ks, map}, PagedCodesInPlace<detail::Int8Codes>{vc, vs, map});
+      else if (in_place)
+        run(PagedCodesInPlace<detail::E4m3Codes>{kc, ks, map}, PagedCodesInPlace<detail::E4m3Codes>{vc, vs, map});
+      else if (int8)
+        run(PagedInt8Rows{kc, ks, map}, PagedInt8Rows{vc, vs, map});
       else
-        detail::split_k_decode(q.data(), shape, PagedInt8Rows{cache.key_codes().data(), cache.key_scales().data(), map},
-                               PagedInt8Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
+        run(PagedE4m3Rows{kc, ks, map}, PagedE4m3Rows{vc, vs, map});
       break;
-    case PagedKvStorage::fp8_e4m3:
-      if (in_place)
-        detail::split_k_decode(
-            q.data(), shape, PagedCodesInPlace<detail::E4m3Codes>{cache.key_codes().data(), cache.key_scales().data(), map},
-            PagedCodesInPlace<detail::E4m3Codes>{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
-      else
-        detail::split_k_decode(q.data(), shape, PagedE4m3Rows{cache.key_codes().data(), cache.key_scales().data(), map},
-                               PagedE4m3Rows{cache.value_codes().data(), cache.value_scales().data(), map}, out, lse);
-      break;
+    }
   }
   ref::require_finite_decode_output(kFunction, result);
   return result;

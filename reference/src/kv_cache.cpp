@@ -109,9 +109,7 @@ GqaShape validate_cached_step(const char* fn, const KvCache& cache, const Tensor
           ", expected those of heads (", heads.num_heads, " and ", heads.num_kv_heads, ")");
   require(cache.head_dim() == shape.head_dim, fn, "cache has head_dim ", cache.head_dim(),
           ", expected that of the weights (", shape.head_dim, ")");
-  require_nonempty(fn, x_name, x);
-  require_dim(fn, x_name, x, 1, "d_model", shape.d_model, "the rows of w_q");
-  require_finite(fn, x_name, x);
+  require_layer_tokens(fn, x_name, x, shape);
   return shape;
 }
 
@@ -133,9 +131,7 @@ DecodeOutput decode_without_cache(const Tensor2& x, const GqaWeights& w, const K
                                   const std::optional<AttentionRope>& rope) {
   const char* fn = "decode_without_cache";
   const GqaShape shape = validate_gqa_weights(fn, w, heads);
-  require_nonempty(fn, "x", x);
-  require_dim(fn, "x", x, 1, "d_model", shape.d_model, "the rows of w_q");
-  require_finite(fn, "x", x);
+  require_layer_tokens(fn, "x", x, shape);
   const std::size_t h = static_cast<std::size_t>(heads.num_heads), g = static_cast<std::size_t>(heads.num_kv_heads);
   const std::size_t n = x.shape()[0];
   if (rope) validate_attention_rope(fn, *rope, 1, n, shape.head_dim);

@@ -20,11 +20,13 @@
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
 #include "backends.hpp"
+#include "kv_test_helpers.hpp"
 #include "tvlab/core/rng.hpp"
 
 namespace tvlab::kv {
 namespace {
 
+using tvlab::ch05_testing::error_of;
 using tvlab::testing::first_unsupported_part;
 using tvlab::testing::mask_allows_oracle;
 using tvlab::testing::matches;
@@ -178,17 +180,6 @@ INSTANTIATE_TEST_SUITE_P(Ch05, GqaAttentionCases,
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GqaAttentionCases);  // not an exercise
 
 class GqaAttentionErrors : public ::testing::TestWithParam<Backend> {};
-
-// The message of `call`'s tvlab::Error ("" when it throws none).
-template <class F>
-std::string error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST_P(GqaAttentionErrors, bad_input_names_the_parameter_with_the_reference_message) {
   const Backend& backend = GetParam();

@@ -25,6 +25,7 @@ namespace tvlab::ch05 {
 namespace {
 
 using tvlab::ch05_testing::random_gqa_weights;
+using tvlab::ch05_testing::rope_for;
 using tvlab::ch05_testing::rows;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
@@ -100,14 +101,6 @@ TEST(Ch05KvCache, decoding_without_a_cache_recomputes_the_same_outputs) {
 }
 
 // -------------------------------------------------------------------------- with rotary positions
-
-// Chapter 02's RoPE for head_dim d_k (Llama's half-split pairs), key 0 at position p0.
-AttentionRope rope_for(std::size_t d_k, long long p0) {
-  RopeConfig cfg;
-  cfg.head_dim = static_cast<int>(d_k);
-  cfg.rope_theta = 100.0;  // a small base: even the slow pairs turn visibly over 16 positions
-  return {ref::rope_frequencies(cfg), RopeLayout::half_split, p0};
-}
 
 TEST(Ch05KvCache, with_rope_the_cache_keeps_rotated_keys_and_decoding_still_equals_one_causal_pass) {
   for (const KvHeads heads : kLayouts) {

@@ -1,11 +1,15 @@
 #pragma once
 // What several of chapter 05's tests share: the grouped heads spelled out, rows of a matrix, a
-// random GQA layer, and RoPE in double precision. Each is written from its definition, sharing no
-// code with the reference it checks.
+// random GQA layer, and RoPE in double precision, each written from its definition, sharing no
+// code with the reference it checks; and two inputs and tools of the tests: the RoPE a layer is
+// given (chapter 02's frequencies) and the message of an error.
 
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <vector>
+
+#include "tvlab/core/error.hpp"
 
 #include "tvlab/core/kv_heads.hpp"
 #include "tvlab/core/mla_config.hpp"
@@ -13,6 +17,7 @@
 #include "tvlab/core/rope_config.hpp"
 #include "tvlab/core/tensor.hpp"
 #include "tvlab/core/xt.hpp"
+#include "tvlab/ref/rope.hpp"
 
 namespace tvlab::ch05_testing {
 
@@ -86,6 +91,26 @@ inline MlaWeights random_mla_weights(const MlaConfig& cfg, Rng& rng) {
   w.w_uv = matrix(d_c, h * d_v);
   w.w_o = matrix(h * d_v, d);
   return w;
+}
+
+/// Chapter 02's RoPE for head_dim d_k (Llama's half-split pairs), key 0 at position p0, with a small
+/// base (theta = 100) so that even the slow pairs turn visibly over a few positions.
+inline AttentionRope rope_for(std::size_t d_k, long long p0) {
+  RopeConfig cfg;
+  cfg.head_dim = static_cast<int>(d_k);
+  cfg.rope_theta = 100.0;
+  return {ref::rope_frequencies(cfg), RopeLayout::half_split, p0};
+}
+
+/// The message of `call`'s tvlab::Error ("" when it throws none).
+template <class F>
+std::string error_of(F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace tvlab::ch05_testing

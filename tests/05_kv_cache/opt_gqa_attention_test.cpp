@@ -26,7 +26,9 @@
 namespace tvlab::ch05 {
 namespace {
 
+using tvlab::ch05_testing::error_of;
 using tvlab::ch05_testing::random_gqa_weights;
+using tvlab::ch05_testing::rope_for;
 using tvlab::testing::matches;
 using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
@@ -38,13 +40,6 @@ struct LayerCase {
   bool causal, alibi;
 };
 void PrintTo(const LayerCase& c, std::ostream* out) { *out << c.label; }
-
-AttentionRope rope_for(std::size_t d_k) {
-  RopeConfig cfg;
-  cfg.head_dim = static_cast<int>(d_k);
-  cfg.rope_theta = 100.0;  // a small base: the pairs turn visibly over a few positions
-  return {ref::rope_frequencies(cfg), RopeLayout::half_split, 3};
-}
 
 AttentionConfig config_for(const LayerCase& c) {
   AttentionConfig cfg;
@@ -81,7 +76,7 @@ TEST_P(OptGqaLayer, equals_the_reference_layer_with_and_without_rope) {
   const Tensor2 x_q = c.seq_q == c.seq_k ? x_kv : rng.normal_matrix(c.seq_q, c.d_model);
   const AttentionConfig cfg = config_for(c);
   for (const bool with_rope : {false, true}) {
-    const std::optional<AttentionRope> rope = with_rope ? std::optional(rope_for(c.d_k)) : std::nullopt;
+    const std::optional<AttentionRope> rope = with_rope ? std::optional(rope_for(c.d_k, 3)) : std::nullopt;
     const Tensor2 want = ref::grouped_query_attention(x_q, x_kv, w, c.heads, cfg, rope);
     const Tensor2 got = opt::grouped_query_attention(x_q, x_kv, w, c.heads, cfg, rope);
     EXPECT_TRUE(matches(got, xt::eval(xt::cast<double>(want)), layer_tolerance(c),
@@ -122,17 +117,6 @@ TEST(Ch05OptGqa, equals_chapter_00_multi_head_attention_with_the_kv_heads_repeat
                        {"i", "c"}, 41, "", "MHA head t's key/value columns are kv head t / (h/g)'s"}));
 }
 
-// The message of `call`'s tvlab::Error ("" when it throws none).
-template <class F>
-std::string error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Ch05OptGqa, refuses_bad_input_with_the_reference_message) {
   Rng rng(42);
   const KvHeads heads{4, 2};
@@ -146,7 +130,7 @@ TEST(Ch05OptGqa, refuses_bad_input_with_the_reference_message) {
   AttentionConfig causal, few_slopes;
   causal.mask.causal = true;
   few_slopes.mask.alibi_slopes = DTensor1(xt::ones<double>({2}));  // 2 slopes for 4 query heads
-  AttentionRope odd_width = rope_for(4);                              // RoPE for d_k 4, the heads have 2
+  AttentionRope odd_width = rope_for(4, 3);  // RoPE for d_k 4, the heads have 2
   struct Bad {
     const char* what;
     std::function<Tensor2(decltype(&ref::grouped_query_attention))> call;

@@ -26,6 +26,7 @@ namespace tvlab::ch05 {
 namespace {
 
 using tvlab::ch05_testing::random_gqa_weights;
+using tvlab::ch05_testing::rope_for;
 using tvlab::ch05_testing::rows;
 using tvlab::testing::matches;
 using tvlab::testing::reduction_rtol;
@@ -38,13 +39,6 @@ struct LayerCase {
   bool rope;
 };
 void PrintTo(const LayerCase& c, std::ostream* out) { *out << c.label; }
-
-AttentionRope rope_for(std::size_t d_k) {
-  RopeConfig cfg;
-  cfg.head_dim = static_cast<int>(d_k);
-  cfg.rope_theta = 100.0;  // a small base: the pairs turn visibly over a few positions
-  return {ref::rope_frequencies(cfg), RopeLayout::half_split, 3};
-}
 
 // The reference accumulates in double and rounds once; the optimized layer runs float SGEMMs and
 // a float softmax. Its error is a few roundings of each of the chain's reductions, the longest of
@@ -64,7 +58,7 @@ TEST_P(OptKvCacheLayer, prefill_and_decode_equal_the_reference_step_by_step) {
   const std::size_t n = c.prompt + c.new_tokens;
   const GqaWeights w = random_gqa_weights(rng, c.d_model, c.heads, c.d_k);
   const Tensor2 x = rng.normal_matrix(n, c.d_model);
-  const std::optional<AttentionRope> rope = c.rope ? std::optional(rope_for(c.d_k)) : std::nullopt;
+  const std::optional<AttentionRope> rope = c.rope ? std::optional(rope_for(c.d_k, 3)) : std::nullopt;
   ref::KvCache expected_cache(c.heads, c.d_k, n), cache(c.heads, c.d_k, n);
   const Tolerance tol = layer_tolerance(c);
   const auto expect_step = [&](const ref::DecodeOutput& got, const ref::DecodeOutput& want, const std::string& step) {
@@ -107,7 +101,7 @@ TEST_P(OptKvCacheLayer, a_prompt_in_two_chunks_equals_one_prefill) {
   const std::size_t n = c.prompt + c.new_tokens, half = n / 2;
   const GqaWeights w = random_gqa_weights(rng, c.d_model, c.heads, c.d_k);
   const Tensor2 x = rng.normal_matrix(n, c.d_model);
-  const std::optional<AttentionRope> rope = c.rope ? std::optional(rope_for(c.d_k)) : std::nullopt;
+  const std::optional<AttentionRope> rope = c.rope ? std::optional(rope_for(c.d_k, 3)) : std::nullopt;
   ref::KvCache whole(c.heads, c.d_k, n), chunked(c.heads, c.d_k, n);
   const Tensor2 once = ref::prefill(whole, x, w, c.heads, rope).output;
   const Tensor2 first = opt::prefill(chunked, rows(x, 0, half), w, c.heads, rope).output;

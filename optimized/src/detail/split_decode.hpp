@@ -241,6 +241,27 @@ inline std::size_t request_length(std::size_t first, std::size_t left, std::size
   return std::min(piece - first % piece, left);
 }
 
+/// Query head i's output `out_i` [width] and lse from the partial softmax states of `splits` ranges
+/// of positions (split-major: range r's state of head i at `r heads + i`, its unnormalised output
+/// at `part_o + (r heads + i) ld_part`), merged as online_softmax_merge merges two states:
+/// \f$ m = \max_r m_r \f$, \f$ \ell = \sum_r e^{m_r - m} \ell_r \f$, \f$ o = \sum_r e^{m_r - m} \tilde O_r / \ell \f$,
+/// \f$ L = m + \ln \ell \f$. Every range holds a position, so each \f$ m_r \f$ is finite;
+/// \f$ e^{m_r - m} \f$ underflows to 0 for a range far below the peak.
+inline void merge_split_states(std::size_t i, std::size_t splits, std::size_t heads, const float* part_m,
+                               const float* part_l, const float* part_o, std::size_t ld_part, std::size_t width,
+                               float* out_i, float& lse_i) {
+  SoftmaxState total;
+  for (std::size_t r = 0; r < splits; ++r) total = online_softmax_merge(total, {part_m[r * heads + i], part_l[r * heads + i]});
+  std::fill(out_i, out_i + width, 0.0f);
+  for (std::size_t r = 0; r < splits; ++r) {
+    const auto weight = static_cast<float>(std::exp(part_m[r * heads + i] - total.max) / total.sum);
+    const float* o = part_o + (r * heads + i) * ld_part;
+#pragma omp simd
+    for (std::size_t e = 0; e < width; ++e) out_i[e] += weight * o[e];
+  }
+  lse_i = static_cast<float>(total.max + std::log(total.sum));
+}
+
 /// One decode step, split-K (Dao et al., 2023): threads take the work items (kv head, split of the
 /// positions), or (split) over all kv heads when `shape.heads_per_item` is g; each kv head's keys
 /// and values within a split are read once, `shape.block` positions at a time (requested
@@ -324,23 +345,11 @@ void split_k_decode(const float* q, const SplitDecodeShape& shape, const KeySour
         }
     }
 
-    // Merge the splits of each query head, as online_softmax_merge merges two softmax states:
-    // m = max_s m_s, l = sum_s e^{m_s - m} l_s, o = sum_s e^{m_s - m} O~_s / l, L = m + ln l.
+    // Merge the splits of each query head.
 #pragma omp for schedule(static)
     for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads); ++task) {
       const auto i = static_cast<std::size_t>(task);
-      SoftmaxState total;
-      for (std::size_t split = 0; split < splits; ++split)
-        total = online_softmax_merge(total, {part_m[split * heads + i], part_l[split * heads + i]});
-      float* out_i = out + i * d_v;
-      std::fill(out_i, out_i + d_v, 0.0f);
-      for (std::size_t split = 0; split < splits; ++split) {
-        const auto weight = static_cast<float>(std::exp(part_m[split * heads + i] - total.max) / total.sum);
-        const float* o = part_o.data() + (split * heads + i) * dv_pad;
-#pragma omp simd
-        for (std::size_t e = 0; e < d_v; ++e) out_i[e] += weight * o[e];
-      }
-      lse[i] = static_cast<float>(total.max + std::log(total.sum));
+      merge_split_states(i, splits, heads, part_m.data(), part_l.data(), part_o.data(), dv_pad, d_v, out + i * d_v, lse[i]);
     }
   }
 }

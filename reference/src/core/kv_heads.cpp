@@ -24,6 +24,12 @@ void validate_kv_heads(const char* fn, const KvHeads& heads) {
           ") must be a multiple of num_kv_heads (", heads.num_kv_heads, ")");
 }
 
+void require_layer_tokens(const char* fn, const char* name, const Tensor2& x, const GqaShape& shape) {
+  require_nonempty(fn, name, x);
+  require_dim(fn, name, x, 1, "d_model", shape.d_model, "the rows of w_q");
+  require_finite(fn, name, x);
+}
+
 GqaShape validate_gqa_weights(const char* fn, const GqaWeights& w, const KvHeads& heads) {
   validate_kv_heads(fn, heads);
   require_nonempty(fn, "w_q", w.w_q);

@@ -60,6 +60,11 @@ struct GqaShape {
 GqaShape validate_gqa_weights(const char* function, const GqaWeights& weights, const KvHeads& heads);
 
 /// @ingroup ch05
+/// Checks, for `function`, the tokens `x` `[tokens, d_model]` (named `name`) a layer of that `shape`
+/// projects: non-empty, `shape.d_model` columns (the rows of `w_q`), every value finite.
+void require_layer_tokens(const char* function, const char* name, const Tensor2& x, const GqaShape& shape);
+
+/// @ingroup ch05
 /// The GQA layer as an MHA layer: each kv head's columns of `w_k` and `w_v` repeated \f$ h/g \f$
 /// times, so that MHA head \f$ i \f$ gets kv head \f$ \lfloor i/(h/g) \rfloor \f$'s projection
 /// (`w_q`, `w_o` unchanged). Both layers compute the same function; the MHA one caches \f$ h/g \f$
