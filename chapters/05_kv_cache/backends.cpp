@@ -5,15 +5,19 @@
 #include "tvlab/opt/gqa_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
+#include "tvlab/opt/mla.hpp"
 #include "tvlab/opt/mla_decode.hpp"
 #include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/opt/quantized_kv_attention.hpp"
+#include "tvlab/opt/tpa.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
+#include "tvlab/ref/mla.hpp"
 #include "tvlab/ref/mla_decode.hpp"
 #include "tvlab/ref/paged_attention.hpp"
 #include "tvlab/ref/quantized_kv_attention.hpp"
+#include "tvlab/ref/tpa.hpp"
 #include "tvlab/student/gqa_decode.hpp"
 
 namespace tvlab::kv {
@@ -44,7 +48,10 @@ const std::vector<Backend>& backends() {
          .bf16_decode = ref::bf16_kv_decode_attention,
          .quantized_decode = ref::quantized_kv_decode_attention,
          .per_token_decode = reference_per_token_decode,
-         .gqa_attention = ref::grouped_scaled_dot_product_attention},
+         .gqa_attention = ref::grouped_scaled_dot_product_attention,
+         .mla_naive = ref::mla_naive,
+         .mla_absorbed = ref::mla_absorbed,
+         .tpa = ref::tensor_product_attention},
         {.name = "opt",
          .kind = BackendKind::optimized,
          .caps = {.masks = opt::kGroupedAttentionMaskSupport},  // the masks of gqa_attention
@@ -58,7 +65,10 @@ const std::vector<Backend>& backends() {
                 std::optional<double> scale) {
                return opt::gqa_decode_attention_per_token(q, k_cache, v_cache, length, scale);
              },
-         .gqa_attention = opt::grouped_scaled_dot_product_attention},
+         .gqa_attention = opt::grouped_scaled_dot_product_attention,
+         .mla_naive = opt::mla_naive,
+         .mla_absorbed = opt::mla_absorbed,
+         .tpa = opt::tensor_product_attention},
         // The decode step's versions: v1 reads a kv head once per query head, v2 once per group.
         {.name = "opt_v1", .kind = BackendKind::optimized, .decode = opt::gqa_decode_attention_v1},
         {.name = "opt_v2",

@@ -2,8 +2,8 @@
 /// @file
 /// Chapter 05's backend registry (see `chapters/common/backend.hpp`): every implementation of the
 /// decode step of attention over a KV cache (contiguous, paged, MLA's absorbed form, a bf16 cache, a
-/// quantized cache, a cache laid out per token) and of the grouped attention of a prefill, with what
-/// it needs.
+/// quantized cache, a cache laid out per token), of the grouped attention of a prefill, and of the
+/// MLA and TPA layers over their caches, with what it needs.
 
 #include <cstddef>
 #include <functional>
@@ -17,8 +17,10 @@
 #include "tvlab/core/attention_config.hpp"
 #include "tvlab/core/kv_bf16.hpp"
 #include "tvlab/core/kv_quant.hpp"
+#include "tvlab/core/mla_config.hpp"
 #include "tvlab/core/paged_kv_cache.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/core/tpa_config.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/mla_decode.hpp"
 
@@ -79,6 +81,14 @@ using GqaAttentionFn =
 /// contract. (`opt::gqa_decode_attention_per_token`'s.)
 using PerTokenDecodeFn = DecodeFn;
 
+/// One MLA layer over its cache: `x` `[n, hidden_size]` at positions `cache.tokens()` onwards,
+/// appending to `cache` (one of its path), returning `[n, hidden_size]`. (`ref::mla_naive`'s and
+/// `ref::mla_absorbed`'s contract.)
+using MlaLayerFn = std::function<Tensor2(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, MlaCache& cache)>;
+
+/// One TPA layer over its cache of factors, as `MlaLayerFn`. (`ref::tensor_product_attention`'s contract.)
+using TpaLayerFn = std::function<Tensor2(const Tensor2& x, const TpaWeights& w, const TpaConfig& cfg, TpaCache& cache)>;
+
 struct Backend {
   std::string name;
   BackendKind kind = BackendKind::reference;
@@ -90,6 +100,9 @@ struct Backend {
   QuantizedDecodeFn quantized_decode;  ///< the decode step over a quantized cache (empty: not provided)
   PerTokenDecodeFn per_token_decode;   ///< the decode step over a cache laid out per token (empty: not provided)
   GqaAttentionFn gqa_attention;        ///< grouped attention over whole sequences, a prefill's (empty: not provided)
+  MlaLayerFn mla_naive;                ///< MLA's layer with expanded keys and values cached (empty: not provided)
+  MlaLayerFn mla_absorbed;             ///< MLA's layer with the latents cached, absorbed (empty: not provided)
+  TpaLayerFn tpa;                      ///< TPA's layer over its cache of factors (empty: not provided)
 };
 
 /// ref, opt, every numbered version of opt's decode steps, cuda (which needs a device: its cases

@@ -5,11 +5,12 @@
 // to a threaded copy of the GQA cache's size measured in the same run (stream_scale, read + write
 // counted). Every version is validated against the double reference before it is timed.
 //
-// Then the same step over the cache stored in bf16, INT8, FP8 and INT4 and laid out per token; over
-// a paged cache, in fp32 and in bf16, INT8 and FP8 pages; MLA's absorbed decode against the naive one; generating T tokens with and without
-// a cache; and the CUDA kernels where a device is present (noted as not timed otherwise). The
-// versions are timed by name (v1, v2, ...) rather than through the registry, so that the lesson can
-// compare the steps of one backend.
+// Then the same step over the cache stored in bf16, INT8, FP8 and INT4 and laid out per token;
+// over a paged cache, in fp32 and in bf16, INT8 and FP8 pages; MLA's absorbed decode against the
+// naive one; generating T tokens with and without a cache; whole MLA and TPA layers, ref against
+// opt; and the CUDA kernels where a device is present (noted as not timed otherwise). The versions
+// are timed by name (v1, v2, ...) rather than through the registry, so that the lesson can compare
+// the steps of one backend.
 //
 //   build/default/chapters/bench_05_kv_cache --benchmark_counters_tabular=true
 
@@ -39,16 +40,20 @@
 #include "tvlab/opt/gqa_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/kv_layout_decode.hpp"
+#include "tvlab/opt/mla.hpp"
 #include "tvlab/opt/mla_decode.hpp"
 #include "tvlab/opt/paged_attention.hpp"
 #include "tvlab/opt/quantized_kv_attention.hpp"
+#include "tvlab/opt/tpa.hpp"
 #include "tvlab/ref/bf16_kv_decode.hpp"
 #include "tvlab/ref/gqa_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/kv_cache.hpp"
+#include "tvlab/ref/mla.hpp"
 #include "tvlab/ref/mla_decode.hpp"
 #include "tvlab/ref/paged_attention.hpp"
 #include "tvlab/ref/quantized_kv_attention.hpp"
+#include "tvlab/ref/tpa.hpp"
 
 namespace tvlab::bench {
 namespace {
@@ -830,6 +835,142 @@ void register_gqa_attention_benchmarks() {
       });
 }
 
+// ------------------------------------------------------------ the MLA and TPA layers, ref and opt
+//
+// (g) One generated token through a whole attention layer (projections, RoPE, the cache append,
+// attention over `length` cached positions, W^O), the reference against the optimized layer:
+// DeepSeek-V2-Lite's MLA layer (d = 2048, 16 heads, d_c = 512, d_h = d_v = 128, d_h^R = 64, no
+// query compression) in both forms, and a TPA layer of the same width (16 heads of 128, the T6
+// paper's ranks R_Q = 6, R_K = R_V = 2). The caches hold random values of order 1 (the step's cost
+// does not depend on them); each iteration starts from a copy of the same cache (the copy is not
+// timed, the append inside the layer is). cache_floats counts the floats cached per token.
+constexpr std::int64_t kLayerContexts[] = {1024, 4096};
+
+// A weight [rows, cols] of uniform entries scaled by 1/sqrt(rows), so that activations stay of order 1.
+Tensor2 layer_weight(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+  Tensor2 w = uniform_matrix(rows, cols, seed);
+  w *= static_cast<float>(1.0 / std::sqrt(static_cast<double>(rows)));
+  return w;
+}
+
+MlaWeights mla_layer_weights(const MlaConfig& cfg) {
+  const std::size_t d = cfg.hidden_size, h = cfg.num_heads, d_c = cfg.kv_lora_rank;
+  const std::size_t d_h = cfg.qk_nope_head_dim, d_r = cfg.qk_rope_head_dim, d_v = cfg.v_head_dim;
+  MlaWeights w;
+  w.w_uq = layer_weight(d, h * d_h, 51);
+  w.w_qr = layer_weight(d, h * d_r, 52);
+  w.w_dkv = layer_weight(d, d_c, 53);
+  w.kv_norm = xt::ones<float>({d_c});
+  w.w_kr = layer_weight(d, d_r, 54);
+  w.w_uk = layer_weight(d_c, h * d_h, 55);
+  w.w_uv = layer_weight(d_c, h * d_v, 56);
+  w.w_o = layer_weight(h * d_v, d, 57);
+  return w;
+}
+
+// A cache of `length` random positions for `path`.
+MlaCache random_mla_cache(const MlaConfig& cfg, MlaPath path, std::size_t length) {
+  MlaCache cache(cfg, path);
+  const std::size_t h = cfg.num_heads, d_r = cfg.qk_rope_head_dim;
+  if (path == MlaPath::naive) {
+    cache.keys = uniform_tensor(h, length, cfg.qk_nope_head_dim + d_r, 61);
+    cache.values = uniform_tensor(h, length, cfg.v_head_dim, 62);
+  } else {
+    cache.latents = uniform_matrix(length, cfg.kv_lora_rank, 63);
+    cache.rope_keys = uniform_matrix(length, d_r, 64);
+  }
+  return cache;
+}
+
+// The layer's output for one token: W^O over 16 heads' attention outputs, each a weighted average
+// over `length` positions; float sums of up to max(d, length) terms against the reference's double
+// ones: rtol = 4 reduction_rtol(max(d, length)), atol = rtol times the largest output.
+Tolerance layer_tolerance(const Tensor2& reference, std::size_t d, std::size_t length) {
+  const double rtol = 4 * reduction_rtol(std::max(d, length));
+  return {rtol * static_cast<double>(xt::amax(xt::abs(reference))()), rtol};
+}
+
+// Times `step` (one layer call on a fresh copy of `cache`) after checking its output against the
+// reference's on the same cache.
+template <class Cache, class Step, class Reference>
+void time_layer_step(benchmark::State& state, const Cache& cache, std::size_t d, const Step& step,
+                     const Reference& reference, double cache_floats_per_token) {
+  Cache for_step = cache, for_reference = cache;
+  const Tensor2 expected = reference(for_reference);
+  if (!validate(state, step(for_step), expected, layer_tolerance(expected, d, static_cast<std::size_t>(state.range(0)))))
+    return;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Cache fresh = cache;
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(step(fresh));
+  }
+  state.counters["cache_floats"] = cache_floats_per_token;
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+using MlaLayer = Tensor2 (*)(const Tensor2&, const MlaWeights&, const MlaConfig&, MlaCache&);
+
+void mla_layer(benchmark::State& state, MlaPath path, MlaLayer layer, MlaLayer reference) {
+  const MlaConfig cfg = deepseek_v2_lite_mla();
+  const MlaWeights w = mla_layer_weights(cfg);
+  const Tensor2 x = uniform_matrix(1, cfg.hidden_size, 65);
+  time_layer_step(
+      state, random_mla_cache(cfg, path, static_cast<std::size_t>(state.range(0))), cfg.hidden_size,
+      [&](MlaCache& cache) { return layer(x, w, cfg, cache); },
+      [&](MlaCache& cache) { return reference(x, w, cfg, cache); },
+      static_cast<double>(mla_cache_floats_per_token(cfg, path)));
+}
+
+using TpaLayer = Tensor2 (*)(const Tensor2&, const TpaWeights&, const TpaConfig&, TpaCache&);
+
+void tpa_layer(benchmark::State& state, TpaLayer layer) {
+  TpaConfig cfg;
+  cfg.hidden_size = 2048;
+  cfg.num_heads = 16;
+  cfg.head_dim = 128;
+  cfg.q_rank = 6;
+  cfg.k_rank = cfg.v_rank = 2;
+  const std::size_t d = cfg.hidden_size, h = cfg.num_heads, d_h = cfg.head_dim;
+  const auto length = static_cast<std::size_t>(state.range(0));
+  auto factor_map = [&](int rank, std::uint64_t seed) {
+    const auto r = static_cast<std::size_t>(rank);
+    return TpaFactorMap{layer_weight(d, r * h, seed), Tensor2::from_shape({0, 0}), layer_weight(d, r * d_h, seed + 1)};
+  };
+  const TpaWeights w{factor_map(cfg.q_rank, 71), factor_map(cfg.k_rank, 73), factor_map(cfg.v_rank, 75),
+                     layer_weight(h * d_h, d, 77)};
+  const Tensor2 x = uniform_matrix(1, d, 78);
+  TpaCache cache(cfg);
+  cache.a_k = uniform_tensor(cfg.k_rank, length, h, 81);
+  cache.b_k = uniform_tensor(cfg.k_rank, length, d_h, 82);
+  cache.a_v = uniform_tensor(cfg.v_rank, length, h, 83);
+  cache.b_v = uniform_tensor(cfg.v_rank, length, d_h, 84);
+  time_layer_step(
+      state, cache, d, [&](TpaCache& c) { return layer(x, w, cfg, c); },
+      [&](TpaCache& c) { return ref::tensor_product_attention(x, w, cfg, c); },
+      static_cast<double>(tpa_cache_floats_per_token(cfg)));
+}
+
+void register_layer_benchmarks() {
+  for (const std::int64_t length : kLayerContexts) {
+    const auto arg = [=](benchmark::internal::Benchmark* b) {
+      b->Arg(length)->ArgNames({"length"})->Unit(benchmark::kMillisecond);
+    };
+    for (const bool optimized : {false, true}) {
+      const std::string side = optimized ? "opt" : "ref";
+      const MlaLayer naive = optimized ? &opt::mla_naive : &ref::mla_naive;
+      const MlaLayer absorbed = optimized ? &opt::mla_absorbed : &ref::mla_absorbed;
+      const TpaLayer tpa = optimized ? &opt::tensor_product_attention : &ref::tensor_product_attention;
+      add_benchmark("mla_layer_naive_" + side,
+                    [=](benchmark::State& state) { mla_layer(state, MlaPath::naive, naive, &ref::mla_naive); }, arg);
+      add_benchmark("mla_layer_absorbed_" + side,
+                    [=](benchmark::State& state) { mla_layer(state, MlaPath::absorbed, absorbed, &ref::mla_absorbed); },
+                    arg);
+      add_benchmark("tpa_layer_" + side, [=](benchmark::State& state) { tpa_layer(state, tpa); }, arg);
+    }
+  }
+}
+
 // ---- after the anonymous namespace, called at the end of register_benchmarks() ----
 
 void register_cuda_decode_benchmarks() {
@@ -868,6 +1009,7 @@ void register_benchmarks() {
   register_paged_storage_benchmarks();
   register_cuda_decode_benchmarks();
   register_gqa_attention_benchmarks();
+  register_layer_benchmarks();
 }
 
 }  // namespace tvlab::bench

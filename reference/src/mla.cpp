@@ -25,13 +25,16 @@ Tensor3 as_one_head(const Tensor2& rows) {
   return out;
 }
 
-// Checks shared by both paths: the config, the weights, x, and a cache of the right path and shape.
-void validate_mla_call(const char* fn, const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg,
-                       const MlaCache& cache, MlaPath path) {
+}  // namespace
+
+void validate_mla_inputs(const char* fn, const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg) {
   validate_mla_weights(fn, w, cfg);
   require_nonempty(fn, "x", x);
   require_dim(fn, "x", x, 1, "columns", size(cfg.hidden_size), "hidden_size");
   require_finite(fn, "x", x);
+}
+
+void validate_mla_cache(const char* fn, const MlaCache& cache, const MlaConfig& cfg, MlaPath path) {
   require(cache.path == path, fn, "cache is a ", to_string(cache.path), " cache, expected a ", to_string(path),
           " one (MlaCache(cfg, MlaPath::", to_string(path), "))");
   const std::size_t heads = size(cfg.num_heads), d_r = size(cfg.qk_rope_head_dim);
@@ -50,14 +53,9 @@ void validate_mla_call(const char* fn, const Tensor2& x, const MlaWeights& w, co
   }
 }
 
-}  // namespace
-
 MlaProjections mla_project(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, long long first_position) {
   const char* fn = "mla_project";
-  validate_mla_weights(fn, w, cfg);
-  require_nonempty(fn, "x", x);
-  require_dim(fn, "x", x, 1, "columns", size(cfg.hidden_size), "hidden_size");
-  require_finite(fn, "x", x);
+  validate_mla_inputs(fn, x, w, cfg);
   require(first_position >= 0, fn, "first_position (", first_position, ") must be >= 0");
   const std::size_t heads = size(cfg.num_heads);
   const RopeFrequencies freqs = rope_frequencies(mla_rope_config(cfg));
@@ -79,7 +77,8 @@ MlaProjections mla_project(const Tensor2& x, const MlaWeights& w, const MlaConfi
 
 Tensor2 mla_naive(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, MlaCache& cache) {
   const char* fn = "mla_naive";
-  validate_mla_call(fn, x, w, cfg, cache, MlaPath::naive);
+  validate_mla_inputs(fn, x, w, cfg);
+  validate_mla_cache(fn, cache, cfg, MlaPath::naive);
   const std::size_t heads = size(cfg.num_heads), n = x.shape()[0];
   const std::size_t d_h = size(cfg.qk_nope_head_dim), d_r = size(cfg.qk_rope_head_dim);
   const MlaProjections p = mla_project(x, w, cfg, static_cast<long long>(cache.tokens()));
@@ -113,7 +112,8 @@ Tensor2 mla_naive(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, M
 
 Tensor2 mla_absorbed(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, MlaCache& cache) {
   const char* fn = "mla_absorbed";
-  validate_mla_call(fn, x, w, cfg, cache, MlaPath::absorbed);
+  validate_mla_inputs(fn, x, w, cfg);
+  validate_mla_cache(fn, cache, cfg, MlaPath::absorbed);
   const std::size_t heads = size(cfg.num_heads), n = x.shape()[0];
   const std::size_t d_h = size(cfg.qk_nope_head_dim), d_r = size(cfg.qk_rope_head_dim);
   const std::size_t d_c = size(cfg.kv_lora_rank), d_v = size(cfg.v_head_dim);

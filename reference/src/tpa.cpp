@@ -33,7 +33,7 @@ Factors factors(const Tensor2& x, const TpaFactorMap& map, int rank, int heads) 
   return f;
 }
 
-void validate_cache(const char* fn, const TpaCache& cache, const TpaConfig& cfg) {
+void validate_cache_shapes(const char* fn, const TpaCache& cache, const TpaConfig& cfg) {
   const std::size_t h = size(cfg.num_heads), d_h = size(cfg.head_dim), tokens = cache.b_k.shape()[1];
   require_dim(fn, "cache.a_k", cache.a_k, 0, "ranks", size(cfg.k_rank), "k_rank");
   require_dim(fn, "cache.a_k", cache.a_k, 1, "tokens", tokens, "the tokens of cache.b_k");
@@ -50,14 +50,26 @@ void validate_cache(const char* fn, const TpaCache& cache, const TpaConfig& cfg)
 
 }  // namespace
 
-Tensor3 tpa_assemble(const Tensor3& a, const Tensor3& b) {
-  const char* fn = "tpa_assemble";
+void validate_tpa_call(const char* fn, const Tensor2& x, const TpaWeights& w, const TpaConfig& cfg,
+                       const TpaCache& cache) {
+  validate_tpa_weights(fn, w, cfg);
+  require_nonempty(fn, "x", x);
+  require_dim(fn, "x", x, 1, "columns", size(cfg.hidden_size), "hidden_size");
+  require_finite(fn, "x", x);
+  validate_cache_shapes(fn, cache, cfg);
+}
+
+void validate_tpa_factors(const char* fn, const Tensor3& a, const Tensor3& b) {
   require_nonempty(fn, "a", a);
   require_nonempty(fn, "b", b);
   require_dim(fn, "b", b, 0, "ranks", a.shape()[0], "the ranks of a");
   require_dim(fn, "b", b, 1, "tokens", a.shape()[1], "the tokens of a");
   require_finite(fn, "a", a);
   require_finite(fn, "b", b);
+}
+
+Tensor3 tpa_assemble(const Tensor3& a, const Tensor3& b) {
+  validate_tpa_factors("tpa_assemble", a, b);
   const std::size_t rank = a.shape()[0], n = a.shape()[1], h = a.shape()[2], d_h = b.shape()[2];
   Tensor3 x = Tensor3::from_shape({h, n, d_h});
   // X_{t,i,e} = (1/R) sum_r a_r(x_t)_i b_r(x_t)_e
@@ -73,11 +85,7 @@ Tensor3 tpa_assemble(const Tensor3& a, const Tensor3& b) {
 
 Tensor2 tensor_product_attention(const Tensor2& x, const TpaWeights& w, const TpaConfig& cfg, TpaCache& cache) {
   const char* fn = "tensor_product_attention";
-  validate_tpa_weights(fn, w, cfg);
-  require_nonempty(fn, "x", x);
-  require_dim(fn, "x", x, 1, "columns", size(cfg.hidden_size), "hidden_size");
-  require_finite(fn, "x", x);
-  validate_cache(fn, cache, cfg);
+  validate_tpa_call(fn, x, w, cfg, cache);
   const long long first_position = static_cast<long long>(cache.tokens());
   RopeConfig rope;
   rope.head_dim = cfg.head_dim;

@@ -12,10 +12,12 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "backends.hpp"
 #include "kv_test_helpers.hpp"
 #include "tvlab/core/mla_config.hpp"
 #include "tvlab/core/model_config.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/opt/mla.hpp"
 #include "tvlab/ref/mla.hpp"
 #include "tvlab/ref/rope.hpp"
 
@@ -27,6 +29,7 @@ using tvlab::ch05_testing::random_mla_weights;
 using tvlab::ch05_testing::rotate;
 using tvlab::ch05_testing::rows;
 using tvlab::testing::matches;
+using tvlab::testing::reduction_rtol;
 using tvlab::testing::throws_error_naming;
 
 // A small MLA layer: d = 32, n_h = 4, d_c' = 12, d_c = 8, d_h = 8, d_h^R = 4, and d_v = 6 unlike d_h so
@@ -146,13 +149,24 @@ Tolerance mla_tolerance(const OracleResult& oracle, const MlaConfig& cfg, std::s
           reduction_rtol(std::max<std::size_t>(cfg.hidden_size, tokens))};
 }
 
-using MlaFunction = Tensor2 (*)(const Tensor2&, const MlaWeights&, const MlaConfig&, MlaCache&);
+// Both paths of every backend of the registry that has them (ref, opt): `name` is the function's
+// (what its errors start with), `label` says whose it is.
 struct Path {
-  const char* name;
+  std::string name, label;
   MlaPath path;
-  MlaFunction f;
+  kv::MlaLayerFn f;
 };
-const Path kPaths[] = {{"mla_naive", MlaPath::naive, &mla_naive}, {"mla_absorbed", MlaPath::absorbed, &mla_absorbed}};
+const std::vector<Path>& layer_paths() {
+  static const std::vector<Path> paths = [] {
+    std::vector<Path> all;
+    for (const kv::Backend& b : kv::backends()) {
+      if (b.mla_naive) all.push_back({"mla_naive", b.name + "::mla_naive", MlaPath::naive, b.mla_naive});
+      if (b.mla_absorbed) all.push_back({"mla_absorbed", b.name + "::mla_absorbed", MlaPath::absorbed, b.mla_absorbed});
+    }
+    return all;
+  }();
+  return paths;
+}
 
 struct Variant {
   const char* label;
@@ -173,18 +187,19 @@ TEST(Ch05Mla, both_paths_match_the_double_oracle_on_prefill) {
     const MlaWeights w = random_mla_weights(cfg, rng);
     const Tensor2 x = rng.normal_matrix(11, cfg.hidden_size);
     const OracleResult oracle = oracle_mla(x, w, cfg);
-    for (const Path& path : kPaths) {
+    for (const Path& path : layer_paths()) {
       MlaCache cache(cfg, path.path);
       const Tensor2 u = path.f(x, w, cfg, cache);
-      EXPECT_TRUE(matches(u, oracle.u, mla_tolerance(oracle, cfg, 11),
-                          {std::string(path.name) + ", prefill of 11 tokens, " + variant.label,
-                           {"t", "c"},
-                           seed,
-                           "",
-                           "u_t = W^O [o_t1; ...], o_ti = sum_{j<=t} softmax((q^C.k^C + q^R.k^R)/sqrt(d_h + d_h^R)) v_ji; "
-                           "the usual mistakes: the scale 1/sqrt(d_h) instead of 1/sqrt(d_h + d_h^R), k^R from the "
-                           "latent instead of h_t, RoPE at the wrong positions"}));
-      EXPECT_EQ(cache.tokens(), 11u) << path.name;
+      EXPECT_TRUE(
+          matches(u, oracle.u, mla_tolerance(oracle, cfg, 11),
+                  {path.label + ", prefill of 11 tokens, " + variant.label,
+                   {"t", "c"},
+                   seed,
+                   "",
+                   "u_t = W^O [o_t1; ...], o_ti = sum_{j<=t} softmax((q^C.k^C + q^R.k^R)/sqrt(d_h + d_h^R)) v_ji; "
+                   "the usual mistakes: the scale 1/sqrt(d_h) instead of 1/sqrt(d_h + d_h^R), k^R from the "
+                   "latent instead of h_t, RoPE at the wrong positions"}));
+      EXPECT_EQ(cache.tokens(), 11u) << path.label;
     }
   }
 }
@@ -205,24 +220,59 @@ TEST(Ch05Mla, decoding_against_the_cache_equals_the_full_sequence) {
     // steps: [0, 5) prefill, then 5, 6, [7, 9), 9, 10, 11
     const std::vector<std::pair<std::size_t, std::size_t>> steps = {{0, 5}, {5, 6},   {6, 7},  {7, 9},
                                                                     {9, 10}, {10, 11}, {11, 12}};
-    for (const Path& path : kPaths) {
+    for (const Path& path : layer_paths()) {
       MlaCache cache(cfg, path.path);
       for (const auto& [begin, end] : steps) {
         const Tensor2 u = path.f(rows(x, begin, end), w, cfg, cache);
         EXPECT_TRUE(matches(u, rows(oracle.u, begin, end), tol,
-                            {std::string(path.name) + ", tokens " + std::to_string(begin) + ".." +
-                                 std::to_string(end - 1) + " after " + std::to_string(begin) + " cached, " +
-                                 variant.label,
+                            {path.label + ", tokens " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                                 " after " + std::to_string(begin) + " cached, " + variant.label,
                              {"t", "c"},
                              seed,
                              "",
                              "the new tokens sit at positions cache.tokens() onwards (RoPE) and see every cached "
                              "position up to their own"}));
-        EXPECT_EQ(cache.tokens(), end) << path.name;
-        EXPECT_EQ(cache.floats(), end * mla_cache_floats_per_token(cfg, path.path)) << path.name;
+        EXPECT_EQ(cache.tokens(), end) << path.label;
+        EXPECT_EQ(cache.floats(), end * mla_cache_floats_per_token(cfg, path.path)) << path.label;
       }
     }
   }
+}
+
+// opt::mla_project (SGEMMs, chapter 01's and 02's optimized RMSNorm and RoPE) gives the reference's
+// projections, which accumulate in double and round once. Each entry is a float sum over at most
+// K = max(d, d_c') products through at most two projections and a norm; its rounding is within
+// reduction_rtol(K) (10 eps sqrt(K)) of the sum of |terms|, which for these N(0, 1/fan_in) weights
+// and unit inputs is of the order of the largest entry: atol = rtol = 2 reduction_rtol(K) times it.
+TEST(Ch05Mla, optimized_projections_match_the_reference) {
+  for (const Variant& variant : kVariants) {
+    const MlaConfig cfg = small_config(variant.compress_queries, variant.layout);
+    const unsigned long long seed = 506;
+    Rng rng(seed);
+    const MlaWeights w = random_mla_weights(cfg, rng);
+    const Tensor2 x = rng.normal_matrix(5, cfg.hidden_size);
+    const MlaProjections expected = mla_project(x, w, cfg, 7), got = opt::mla_project(x, w, cfg, 7);
+    const double rtol =
+        2.0 * reduction_rtol(static_cast<std::size_t>(std::max(cfg.hidden_size, cfg.q_lora_rank.value_or(0))));
+    auto check = [&](const auto& actual, const auto& reference, const std::string& name,
+                     std::vector<std::string> axes) {
+      const auto as_double = xt::eval(xt::cast<double>(reference));
+      EXPECT_TRUE(
+          matches(actual, as_double, {rtol * xt::amax(xt::abs(as_double))(), rtol},
+                  {"opt::mla_project's " + name + " against ref::mla_project's, first position 7, " + variant.label,
+                   axes, seed, "", "the same projections, RMSNorms and RoPE positions as the reference"}));
+    };
+    check(got.q_nope, expected.q_nope, "q_nope", {"i", "t", "e"});
+    check(got.q_rope, expected.q_rope, "q_rope", {"i", "t", "e"});
+    check(got.latents, expected.latents, "latents", {"t", "c"});
+    check(got.rope_keys, expected.rope_keys, "rope_keys", {"t", "e"});
+  }
+  const MlaConfig cfg = small_config(true);
+  Rng rng(507);
+  const MlaWeights w = random_mla_weights(cfg, rng);
+  EXPECT_TRUE(throws_error_naming([&] { opt::mla_project(rng.normal_matrix(2, cfg.hidden_size), w, cfg, -1); },
+                                  {"mla_project", "first_position"}));
+  EXPECT_TRUE(throws_error_naming([&] { opt::absorbed_qk_matrix(w, cfg, -1); }, {"absorbed_qk_matrix", "head"}));
 }
 
 // k^R_t is one vector for all heads (eq. 15): in the naive cache, the last d_h^R coordinates of every
@@ -343,8 +393,12 @@ TEST(Ch05Mla, rope_on_the_content_part_defeats_absorption) {
       for (std::size_t c = 0; c < d_c; ++c) s += static_cast<double>(c_q(a)) * m(a, c) * c_kv(c);
     return s;
   };
-  // Without any rotation the absorbed form is exact: the documents' identity.
-  EXPECT_NEAR(bilinear(absorbed_qk_matrix(w, cfg, head)), dot(qc, kc), 1e-4 * (1 + std::fabs(dot(qc, kc))));
+  // Without any rotation the absorbed form is exact: the documents' identity, for the reference's
+  // matrix and the optimized one (one SGEMM).
+  for (const auto& [name, absorbed_matrix] :
+       {std::pair{"ref", &absorbed_qk_matrix}, std::pair{"opt", &opt::absorbed_qk_matrix}})
+    EXPECT_NEAR(bilinear(absorbed_matrix(w, cfg, head)), dot(qc, kc), 1e-4 * (1 + std::fabs(dot(qc, kc))))
+        << name << "::absorbed_qk_matrix of head " << head;
 
   // float matrices of sums of d_h products: relative 1e-4 of the sum of |terms| is generous.
   double magnitude = 0.0;
@@ -399,7 +453,7 @@ TEST(Ch05Mla, bad_inputs_are_errors_and_leave_the_cache_unchanged) {
   Rng rng(505);
   const MlaWeights w = random_mla_weights(cfg, rng);
   const Tensor2 x = rng.normal_matrix(3, cfg.hidden_size);
-  for (const Path& path : kPaths) {
+  for (const Path& path : layer_paths()) {
     MlaCache cache(cfg, path.path);
     path.f(x, w, cfg, cache);
     const MlaCache before = cache;
@@ -436,21 +490,23 @@ TEST(Ch05Mla, bad_inputs_are_errors_and_leave_the_cache_unchanged) {
     wider.num_heads = 5;
     MlaCache foreign(wider, path.path);
     EXPECT_TRUE(throws_error_naming([&] { path.f(x, w, cfg, foreign); }, {fn, "cache."}));
-    EXPECT_TRUE(unchanged()) << fn << ": a call that throws must leave the cache as it was";
+    EXPECT_TRUE(unchanged()) << path.label << ": a call that throws must leave the cache as it was";
   }
-  // A late error: without query compression, hidden states of 1e19 give queries and keys whose dot
-  // products leave float's range; the attention refuses them after the keys were computed.
+  // A late error: without query compression, hidden states of 1e30 give RoPE queries and keys of
+  // about 1e30 whose dot products (about 1e60) leave float's range; the attention refuses them after
+  // the keys were computed (the reference and the absorbed kernel from a bound on q . k, the naive
+  // optimized path when its scores overflow).
   const MlaConfig lite = small_config(false);
   const MlaWeights lite_w = random_mla_weights(lite, rng);
-  const Tensor2 huge = rng.normal_matrix(2, lite.hidden_size, 0.0, 1e19);
-  for (const Path& path : kPaths) {
+  const Tensor2 huge = rng.normal_matrix(2, lite.hidden_size, 0.0, 1e30);
+  for (const Path& path : layer_paths()) {
     MlaCache cache(lite, path.path);
     path.f(x, lite_w, lite, cache);
     const MlaCache before = cache;
     EXPECT_TRUE(throws_error_naming([&] { path.f(huge, lite_w, lite, cache); }, {path.name, "x", "too large"}));
     EXPECT_TRUE(cache.tokens() == before.tokens() && cache.keys == before.keys && cache.values == before.values &&
                 cache.latents == before.latents && cache.rope_keys == before.rope_keys)
-        << path.name << ": the cache grows only when the whole call succeeds";
+        << path.label << ": the cache grows only when the whole call succeeds";
   }
   EXPECT_TRUE(throws_error_naming([&] { absorbed_qk_matrix(w, cfg, 4); }, {"absorbed_qk_matrix", "head"}));
   EXPECT_TRUE(throws_error_naming([&] { mla_project(x, w, cfg, -1); }, {"mla_project", "first_position"}));

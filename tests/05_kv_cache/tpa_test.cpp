@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "backends.hpp"
 #include "kv_test_helpers.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/core/tpa_config.hpp"
+#include "tvlab/opt/tpa.hpp"
 #include "tvlab/ref/rope.hpp"
 #include "tvlab/ref/tpa.hpp"
 
@@ -160,6 +162,21 @@ Tolerance tpa_tolerance(const OracleResult& oracle, const TpaConfig& cfg, std::s
           reduction_rtol(std::max<std::size_t>(cfg.hidden_size, tokens))};
 }
 
+// The TPA layer of every backend of the registry that has one (ref, opt).
+struct Layer {
+  std::string label;
+  kv::TpaLayerFn f;
+};
+const std::vector<Layer>& tpa_layers() {
+  static const std::vector<Layer> layers = [] {
+    std::vector<Layer> all;
+    for (const kv::Backend& b : kv::backends())
+      if (b.tpa) all.push_back({b.name + "::tensor_product_attention", b.tpa});
+    return all;
+  }();
+  return layers;
+}
+
 // Prefill 4 tokens, then decode one or two at a time: every step gives the oracle's rows, and the
 // cache grows by (R_K + R_V)(h + d_h) floats per token. Both RoPE layouts.
 TEST(Ch05Tpa, decoding_over_the_cache_of_factors_matches_the_double_oracle) {
@@ -172,22 +189,24 @@ TEST(Ch05Tpa, decoding_over_the_cache_of_factors_matches_the_double_oracle) {
     const Tensor2 x = rng.normal_matrix(T, cfg.hidden_size);
     const OracleResult oracle = oracle_tpa(x, w, cfg);
     const Tolerance tol = tpa_tolerance(oracle, cfg, T);
-    TpaCache cache(cfg);
     const std::vector<std::pair<std::size_t, std::size_t>> steps = {{0, 4}, {4, 5}, {5, 7}, {7, 8}, {8, 9}, {9, 10}};
-    for (const auto& [begin, end] : steps) {
-      const Tensor2 u = tensor_product_attention(rows(x, begin, end), w, cfg, cache);
-      EXPECT_TRUE(matches(u, rows(oracle.u, begin, end), tol,
-                          {"tensor_product_attention, tokens " + std::to_string(begin) + ".." + std::to_string(end - 1) +
-                               " after " + std::to_string(begin) + " cached, " +
-                               (layout == RopeLayout::half_split ? "half-split" : "interleaved") + " RoPE",
-                           {"t", "c"},
-                           seed,
-                           "",
-                           "Q_t = (1/R_Q) sum_r a_r (x) RoPE_t(b_r), likewise K; the usual mistakes: forgetting 1/R, "
-                           "rotating the head factors a_r, or the new tokens' RoPE positions not starting at "
-                           "cache.tokens()"}));
-      EXPECT_EQ(cache.tokens(), end);
-      EXPECT_EQ(cache.floats(), end * tpa_cache_floats_per_token(cfg));
+    for (const Layer& layer : tpa_layers()) {
+      TpaCache cache(cfg);
+      for (const auto& [begin, end] : steps) {
+        const Tensor2 u = layer.f(rows(x, begin, end), w, cfg, cache);
+        EXPECT_TRUE(matches(u, rows(oracle.u, begin, end), tol,
+                            {layer.label + ", tokens " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                                 " after " + std::to_string(begin) + " cached, " +
+                                 (layout == RopeLayout::half_split ? "half-split" : "interleaved") + " RoPE",
+                             {"t", "c"},
+                             seed,
+                             "",
+                             "Q_t = (1/R_Q) sum_r a_r (x) RoPE_t(b_r), likewise K; the usual mistakes: forgetting 1/R, "
+                             "rotating the head factors a_r, or the new tokens' RoPE positions not starting at "
+                             "cache.tokens()"}));
+        EXPECT_EQ(cache.tokens(), end) << layer.label;
+        EXPECT_EQ(cache.floats(), end * tpa_cache_floats_per_token(cfg)) << layer.label;
+      }
     }
   }
 }
@@ -204,20 +223,21 @@ TEST(Ch05Tpa, rope_on_the_token_factors_equals_rope_on_the_assembled_tensor) {
     RopeConfig rope;
     rope.head_dim = static_cast<int>(d_h);
     const RopeFrequencies freqs = rope_frequencies(rope);
-    for (const long long first : {0LL, 13LL}) {
-      const Tensor3 factors_rotated = tpa_assemble(a, apply_rope(b, freqs, layout, first));
-      const Tensor3 tensor_rotated = apply_rope(tpa_assemble(a, b), freqs, layout, first);
-      const double bound = 2.0 * xt::amax(xt::abs(a))() * xt::amax(xt::abs(b))();
-      EXPECT_TRUE(matches(factors_rotated, xt::eval(xt::cast<double>(tensor_rotated)),
-                          {10 * reduction_rtol(rank) * bound, 0.0},
-                          {"tpa_assemble(a, RoPE(b)) against RoPE(tpa_assemble(a, b)), first position " +
-                               std::to_string(first),
-                           {"h", "t", "e"},
-                           602,
-                           "",
-                           "RoPE_t rotates the head dimension e, the head factors a_r live on the heads i: the two "
-                           "commute"}));
-    }
+    for (const long long first : {0LL, 13LL})
+      for (const auto& [name, assemble] : {std::pair{"ref", &tpa_assemble}, std::pair{"opt", &opt::tpa_assemble}}) {
+        const Tensor3 factors_rotated = assemble(a, apply_rope(b, freqs, layout, first));
+        const Tensor3 tensor_rotated = apply_rope(assemble(a, b), freqs, layout, first);
+        const double bound = 2.0 * xt::amax(xt::abs(a))() * xt::amax(xt::abs(b))();
+        EXPECT_TRUE(matches(
+            factors_rotated, xt::eval(xt::cast<double>(tensor_rotated)), {10 * reduction_rtol(rank) * bound, 0.0},
+            {std::string(name) + "::tpa_assemble(a, RoPE(b)) against RoPE(tpa_assemble(a, b)), first position " +
+                 std::to_string(first),
+             {"h", "t", "e"},
+             602,
+             "",
+             "RoPE_t rotates the head dimension e, the head factors a_r live on the heads i: the two "
+             "commute"}));
+      }
   }
 }
 
@@ -247,16 +267,18 @@ TEST(Ch05Tpa, mha_mqa_and_gqa_are_tpa_with_fixed_head_factors) {
     }
     const Tensor2 none = Tensor2::from_shape({0, 0});
     const TpaWeights w{{none, a_q, w_q}, {none, a_kv, w_k}, {none, a_kv, w_v}, w_o};
-    TpaCache cache(cfg);
-    const Tensor2 u = tensor_product_attention(x, w, cfg, cache);
     const OracleResult oracle = oracle_gqa(x, w_q, w_k, w_v, w_o, cfg, groups);
     const std::string name = groups == h ? "MHA" : groups == 1 ? "MQA" : "GQA with " + std::to_string(groups) + " groups";
-    EXPECT_TRUE(matches(u, oracle.u, tpa_tolerance(oracle, cfg, 9),
-                        {"tensor_product_attention with fixed head factors against " + name,
-                         {"t", "c"},
-                         seed,
-                         "",
-                         "head i of group j: K_t row i = (1/G) sum_j' (G mask_j')_i b_j' = b_j"}));
+    for (const Layer& layer : tpa_layers()) {
+      TpaCache cache(cfg);
+      const Tensor2 u = layer.f(x, w, cfg, cache);
+      EXPECT_TRUE(matches(u, oracle.u, tpa_tolerance(oracle, cfg, 9),
+                          {layer.label + " with fixed head factors against " + name,
+                           {"t", "c"},
+                           seed,
+                           "",
+                           "head i of group j: K_t row i = (1/G) sum_j' (G mask_j')_i b_j' = b_j"}));
+    }
   }
 }
 
@@ -319,9 +341,11 @@ TEST(Ch05Tpa, zero_ranks_and_bad_configs_are_errors_naming_the_field) {
   for (const auto& [cfg, field] : cases) {
     EXPECT_TRUE(throws_error_naming([&] { TpaCache cache(cfg); }, {"TpaCache", field}));
     EXPECT_TRUE(throws_error_naming([&] { tpa_cache_floats_per_token(cfg); }, {"tpa_cache_floats_per_token", field}));
-    TpaCache cache(good);
-    EXPECT_TRUE(throws_error_naming([&] { tensor_product_attention(x, w, cfg, cache); },
-                                    {"tensor_product_attention", field}));
+    for (const Layer& layer : tpa_layers()) {
+      TpaCache cache(good);
+      EXPECT_TRUE(throws_error_naming([&] { layer.f(x, w, cfg, cache); }, {"tensor_product_attention", field}))
+          << layer.label;
+    }
   }
 }
 
@@ -330,49 +354,58 @@ TEST(Ch05Tpa, bad_inputs_are_errors_and_leave_the_cache_unchanged) {
   const TpaConfig cfg = small_config();
   const TpaWeights w = random_weights(cfg, rng);
   const Tensor2 x = rng.normal_matrix(3, cfg.hidden_size);
-  TpaCache cache(cfg);
-  tensor_product_attention(x, w, cfg, cache);
-  const TpaCache before = cache;
-  const std::string fn = "tensor_product_attention";
-  auto call = [&](const Tensor2& input, const TpaWeights& weights) { tensor_product_attention(input, weights, cfg, cache); };
+  for (const Layer& layer : tpa_layers()) {
+    TpaCache cache(cfg);
+    layer.f(x, w, cfg, cache);
+    const TpaCache before = cache;
+    const std::string fn = "tensor_product_attention";
+    auto call = [&](const Tensor2& input, const TpaWeights& weights) { layer.f(input, weights, cfg, cache); };
 
-  TpaWeights bad = w;
-  bad.k.w_b = rng.normal_matrix(cfg.hidden_size, cfg.k_rank * cfg.head_dim - 1);
-  EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "k.w_b", "k_rank * head_dim"}));
-  bad = w;
-  bad.q.w_a = rng.normal_matrix(cfg.hidden_size + 1, cfg.q_rank * cfg.num_heads);
-  EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "q.w_a", "hidden_size"}));
-  bad = w;
-  bad.v.a = rng.normal_matrix(cfg.v_rank, cfg.num_heads);  // both contextual and fixed head factors
-  EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "v.w_a", "v.a"}));
-  bad = w;
-  bad.v.w_a = Tensor2::from_shape({0, 0});  // neither
-  EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "v.w_a", "v.a"}));
-  bad.v.a = rng.normal_matrix(cfg.v_rank + 1, cfg.num_heads);
-  EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "v.a", "v_rank"}));
-  bad = w;
-  bad.w_o(0, 0) = std::nanf("");
-  EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "w_o", "non-finite"}));
-  EXPECT_TRUE(throws_error_naming([&] { call(rng.normal_matrix(2, cfg.hidden_size + 3), w); }, {fn, "x", "hidden_size"}));
-  Tensor2 with_inf = x;
-  with_inf(2, 0) = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(throws_error_naming([&] { call(with_inf, w); }, {fn, "x", "non-finite"}));
-  EXPECT_TRUE(throws_error_naming([&] { call(Tensor2::from_shape({0, static_cast<std::size_t>(cfg.hidden_size)}), w); },
-                                  {fn, "x", "empty"}));
-  TpaConfig other = cfg;
-  other.k_rank = 3;
-  TpaCache foreign(other);
-  EXPECT_TRUE(throws_error_naming([&] { tensor_product_attention(x, w, cfg, foreign); }, {fn, "cache.a_k", "k_rank"}));
-  // a late error: scores beyond float's range, found by the attention after the factors were made
-  EXPECT_TRUE(throws_error_naming([&] { call(rng.normal_matrix(2, cfg.hidden_size, 0.0, 1e18), w); }, {fn, "too large"}));
-  EXPECT_TRUE(cache.tokens() == before.tokens() && cache.a_k == before.a_k && cache.b_k == before.b_k &&
-              cache.a_v == before.a_v && cache.b_v == before.b_v)
-      << "a call that throws must leave the cache as it was";
+    TpaWeights bad = w;
+    bad.k.w_b = rng.normal_matrix(cfg.hidden_size, cfg.k_rank * cfg.head_dim - 1);
+    EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "k.w_b", "k_rank * head_dim"}));
+    bad = w;
+    bad.q.w_a = rng.normal_matrix(cfg.hidden_size + 1, cfg.q_rank * cfg.num_heads);
+    EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "q.w_a", "hidden_size"}));
+    bad = w;
+    bad.v.a = rng.normal_matrix(cfg.v_rank, cfg.num_heads);  // both contextual and fixed head factors
+    EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "v.w_a", "v.a"}));
+    bad = w;
+    bad.v.w_a = Tensor2::from_shape({0, 0});  // neither
+    EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "v.w_a", "v.a"}));
+    bad.v.a = rng.normal_matrix(cfg.v_rank + 1, cfg.num_heads);
+    EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "v.a", "v_rank"}));
+    bad = w;
+    bad.w_o(0, 0) = std::nanf("");
+    EXPECT_TRUE(throws_error_naming([&] { call(x, bad); }, {fn, "w_o", "non-finite"}));
+    EXPECT_TRUE(
+        throws_error_naming([&] { call(rng.normal_matrix(2, cfg.hidden_size + 3), w); }, {fn, "x", "hidden_size"}));
+    Tensor2 with_inf = x;
+    with_inf(2, 0) = std::numeric_limits<float>::infinity();
+    EXPECT_TRUE(throws_error_naming([&] { call(with_inf, w); }, {fn, "x", "non-finite"}));
+    EXPECT_TRUE(throws_error_naming(
+        [&] {
+          call(Tensor2::from_shape({0, static_cast<std::size_t>(cfg.hidden_size)}), w);
+        },
+        {fn, "x", "empty"}));
+    TpaConfig other = cfg;
+    other.k_rank = 3;
+    TpaCache foreign(other);
+    EXPECT_TRUE(throws_error_naming([&] { layer.f(x, w, cfg, foreign); }, {fn, "cache.a_k", "k_rank"}));
+    // a late error: scores beyond float's range, found by the attention after the factors were made
+    EXPECT_TRUE(
+        throws_error_naming([&] { call(rng.normal_matrix(2, cfg.hidden_size, 0.0, 1e18), w); }, {fn, "too large"}));
+    EXPECT_TRUE(cache.tokens() == before.tokens() && cache.a_k == before.a_k && cache.b_k == before.b_k &&
+                cache.a_v == before.a_v && cache.b_v == before.b_v)
+        << layer.label << ": a call that throws must leave the cache as it was";
+  }
 
-  EXPECT_TRUE(throws_error_naming([&] { tpa_assemble(rng.normal_tensor(2, 3, 4), rng.normal_tensor(3, 3, 8)); },
-                                  {"tpa_assemble", "b", "ranks"}));
-  EXPECT_TRUE(throws_error_naming([&] { tpa_assemble(rng.normal_tensor(2, 3, 4), rng.normal_tensor(2, 4, 8)); },
-                                  {"tpa_assemble", "b", "tokens"}));
+  for (const auto assemble : {&tpa_assemble, &opt::tpa_assemble}) {
+    EXPECT_TRUE(throws_error_naming([&] { assemble(rng.normal_tensor(2, 3, 4), rng.normal_tensor(3, 3, 8)); },
+                                    {"tpa_assemble", "b", "ranks"}));
+    EXPECT_TRUE(throws_error_naming([&] { assemble(rng.normal_tensor(2, 3, 4), rng.normal_tensor(2, 4, 8)); },
+                                    {"tpa_assemble", "b", "tokens"}));
+  }
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ void validate_factor_map(const char* fn, const std::string& name, const TpaFacto
     require(map.a.size() == 0, fn, w_a, " and ", a, " are both given: the head factors are either contextual (w_a) or fixed (a)");
     require_dim(fn, w_a, map.w_a, 0, "rows", d, "hidden_size");
     require_dim(fn, w_a, map.w_a, 1, "columns", r * h, rank_name + " * num_heads");
-    require_finite(fn, w_a, map.w_a);
+    require_finite_max_abs(fn, w_a, map.w_a);
   } else {
     require(map.a.size() != 0, fn, "neither ", w_a, " nor ", a, " is given: the head factors need one of them");
     require_dim(fn, a, map.a, 0, "rows", r, rank_name);
@@ -28,7 +28,7 @@ void validate_factor_map(const char* fn, const std::string& name, const TpaFacto
   }
   require_dim(fn, w_b, map.w_b, 0, "rows", d, "hidden_size");
   require_dim(fn, w_b, map.w_b, 1, "columns", r * d_h, rank_name + " * head_dim");
-  require_finite(fn, w_b, map.w_b);
+  require_finite_max_abs(fn, w_b, map.w_b);
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ void validate_tpa_weights(const char* fn, const TpaWeights& w, const TpaConfig& 
   validate_factor_map(fn, "v", w.v, cfg.v_rank, "v_rank", cfg);
   require_dim(fn, "w_o", w.w_o, 0, "rows", size(cfg.num_heads) * size(cfg.head_dim), "num_heads * head_dim");
   require_dim(fn, "w_o", w.w_o, 1, "columns", size(cfg.hidden_size), "hidden_size");
-  require_finite(fn, "w_o", w.w_o);
+  require_finite_max_abs(fn, "w_o", w.w_o);
 }
 
 TpaCache::TpaCache(const TpaConfig& cfg) {

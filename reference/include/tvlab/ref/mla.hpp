@@ -71,6 +71,15 @@ Tensor2 mla_naive(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, M
 /// @return \f$ u_t \f$ `[n, hidden_size]`
 Tensor2 mla_absorbed(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg, MlaCache& cache);
 
+/// Checks the inputs every backend's MLA layer takes, for `function`: the weights against cfg
+/// (`validate_mla_weights`), x non-empty, finite and `[n, hidden_size]`. Throws `tvlab::Error`
+/// naming the parameter.
+void validate_mla_inputs(const char* function, const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg);
+
+/// Checks that `cache` was made for `path` and for cfg's shapes (`mla_naive` and `mla_absorbed` of
+/// every backend), naming the tensor: `cache.latents has columns 10, expected 8 (kv_lora_rank)`.
+void validate_mla_cache(const char* function, const MlaCache& cache, const MlaConfig& cfg, MlaPath path);
+
 /// @ingroup ch05
 /// The absorbed query-key matrix of head i, \f$ W^{UQ\top}_i W^{UK}_i \f$ `[q_in, d_c]` (stored
 /// transposed as every weight here: entry \f$ (a, c) = \sum_e W^{UQ}_{a, i d_h + e} W^{UK}_{c, i d_h + e} \f$),

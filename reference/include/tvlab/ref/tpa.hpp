@@ -38,4 +38,14 @@ Tensor3 tpa_assemble(const Tensor3& a, const Tensor3& b);
 /// @return `[n, hidden_size]`
 Tensor2 tensor_product_attention(const Tensor2& x, const TpaWeights& w, const TpaConfig& cfg, TpaCache& cache);
 
+/// Checks the factors `tpa_assemble` takes (every backend's) for `function`: both non-empty and
+/// finite, b with a's ranks and tokens.
+void validate_tpa_factors(const char* function, const Tensor3& a, const Tensor3& b);
+
+/// Checks a call of `tensor_product_attention` (every backend's) for `function`: the weights against
+/// cfg (`validate_tpa_weights`), x non-empty, finite and `[n, hidden_size]`, and the cache's four
+/// tensors shaped for cfg with one count of tokens. Throws `tvlab::Error` naming the parameter.
+void validate_tpa_call(const char* function, const Tensor2& x, const TpaWeights& w, const TpaConfig& cfg,
+                       const TpaCache& cache);
+
 }  // namespace tvlab::ref
