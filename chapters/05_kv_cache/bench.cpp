@@ -192,24 +192,25 @@ Tensor3 uniform_tensor(std::size_t a, std::size_t b, std::size_t c, std::uint64_
 // contiguously, [g, n, d], and paged, blocks of 16 positions [blocks, g, 16, d] read through a
 // block table. The table is a random permutation of the sequence's blocks, as a pool shared by
 // many sequences hands them out: no two consecutive logical blocks are neighbours in memory.
-constexpr std::size_t kPagedKvHeads = 8, kPagedBlockSize = 16;
+// Also with blocks of 128 positions, vLLM's default on a CPU (with its optimized CPU backend).
+constexpr std::size_t kPagedKvHeads = 8, kPagedBlockSize = 16, kCpuPagedBlockSize = 128;
 struct PagedInputs {
-  std::size_t length = 0;
+  std::size_t length = 0, block_size = 0;
   Tensor2 q;
   Tensor3 k, v;  // contiguous
   std::unique_ptr<PagedKvCache> cache;
   std::vector<std::size_t> table;
 };
-PagedInputs& paged_inputs_for(std::size_t length) {
+PagedInputs& paged_inputs_for(std::size_t length, std::size_t block_size = kPagedBlockSize) {
   static PagedInputs held;
-  if (held.length == length) return held;
+  if (held.length == length && held.block_size == block_size) return held;
   held = PagedInputs{};  // free the previous caches first
   held.q = uniform_matrix(kHeads, kHeadDim, 11);
   held.k = uniform_tensor(kPagedKvHeads, length, kHeadDim, 12);
   held.v = uniform_tensor(kPagedKvHeads, length, kHeadDim, 13);
-  const std::size_t blocks = (length + kPagedBlockSize - 1) / kPagedBlockSize;
+  const std::size_t blocks = (length + block_size - 1) / block_size;
   held.cache = std::make_unique<PagedKvCache>(PagedKvConfig{
-      .num_blocks = blocks, .block_size = kPagedBlockSize, .num_kv_heads = kPagedKvHeads, .head_dim = kHeadDim});
+      .num_blocks = blocks, .block_size = block_size, .num_kv_heads = kPagedKvHeads, .head_dim = kHeadDim});
   const SequenceId seq = held.cache->add_sequence();
   held.cache->append(seq, held.k, held.v);
   // A random order of the blocks (Fisher-Yates with the xorshift): the table reads the keys of
@@ -228,10 +229,11 @@ PagedInputs& paged_inputs_for(std::size_t length) {
   for (std::size_t j = 0; j < kPagedKvHeads; ++j)
     for (std::size_t t = 0; t < length; ++t)
       for (std::size_t e = 0; e < kHeadDim; ++e) {
-        held.k(j, t, e) = pool_k(held.table[t / kPagedBlockSize], j, t % kPagedBlockSize, e);
-        held.v(j, t, e) = pool_v(held.table[t / kPagedBlockSize], j, t % kPagedBlockSize, e);
+        held.k(j, t, e) = pool_k(held.table[t / block_size], j, t % block_size, e);
+        held.v(j, t, e) = pool_v(held.table[t / block_size], j, t % block_size, e);
       }
   held.length = length;
+  held.block_size = block_size;
   return held;
 }
 
@@ -346,9 +348,9 @@ void register_quantized_and_layout_benchmarks() {
   }
 }
 
-void paged_vs_contiguous(benchmark::State& state, bool paged) {
+void paged_vs_contiguous(benchmark::State& state, bool paged, std::size_t block_size = kPagedBlockSize) {
   const auto length = static_cast<std::size_t>(state.range(0));
-  const PagedInputs& in = paged_inputs_for(length);
+  const PagedInputs& in = paged_inputs_for(length, block_size);
   // Against the double reference over the first 4096 positions, with the tolerance of `decode`.
   const std::size_t n = std::min(length, kValidatedLength);
   const Tolerance tol{attention_tolerance(kHeadDim, n, std::sqrt(static_cast<double>(kHeadDim)), 1.0),
@@ -539,11 +541,14 @@ void generate(benchmark::State& state, bool with_cache) {
 
 void register_paged_and_mla_benchmarks() {
   // (a) paged against contiguous, 4K to 128K positions (the 128K caches: 1 GiB each).
-  for (std::int64_t length : {4096, 32768, 131072})
+  for (std::int64_t length : {4096, 32768, 131072}) {
+    const auto at_length = [=](benchmark::internal::Benchmark* b) { b->Arg(length)->ArgNames({"length"}); };
     for (const bool paged : {false, true})
       add_benchmark(paged ? "gqa_decode_paged" : "gqa_decode_contiguous",
-                    [paged](benchmark::State& state) { paged_vs_contiguous(state, paged); },
-                    [=](benchmark::internal::Benchmark* b) { b->Arg(length)->ArgNames({"length"}); });
+                    [paged](benchmark::State& state) { paged_vs_contiguous(state, paged); }, at_length);
+    add_benchmark("gqa_decode_paged_block128",
+                  [](benchmark::State& state) { paged_vs_contiguous(state, true, kCpuPagedBlockSize); }, at_length);
+  }
   // (b) MLA: absorbed v2 and v1, and the naive expanded cache where it fits.
   for (std::int64_t length : {1024, 4096, 32768}) {
     const std::vector<std::pair<const char*, MlaFn>> absorbed{{"v2", opt::mla_absorbed_decode_attention_v2},

@@ -16,6 +16,26 @@
 namespace tvlab::opt {
 namespace {
 
+// The paged step walks work items over all g kv heads through blocks of positions, taking the
+// heads in turn (see paged_decode_attention_split_k). The rows a head reads next lie one block on,
+// after every head's pages of this block: the block's bytes of the whole cache later. That is
+// what the row sources prefetch (PageMap::ahead), rather than detail::kPrefetchDistance, the
+// contiguous step's, whose head reads its next rows at once. A block of about 256 KiB of cache
+// (all g heads, keys and values) keeps the rows fetched ahead in the L2 cache until they are read
+// and amortises the online softmax's step per block. Measured at 32K positions, g = 8, d = 128,
+// 2 threads, a shuffled table, the median of 5 runs: fp32 pages took 9.45 / 10.1 / 10.3 ms with
+// blocks of 32 / 64 / 128 positions (256 / 512 / 1024 KiB), bf16 pages 6.73 / 6.28 / 6.68 ms
+// (128 / 256 / 512 KiB), INT8 pages 5.90 / 5.48 / 5.16 ms (66 / 132 / 264 KiB); with no prefetch
+// the fp32 step took twice as long.
+constexpr std::size_t kPagedBlockBytes = std::size_t{256} << 10;
+
+// Positions per block for a cache of `bytes_per_position` (all heads, keys and values): about
+// kPagedBlockBytes, a whole number of SIMD widths.
+std::size_t paged_block(std::size_t bytes_per_position) {
+  const std::size_t positions = kPagedBlockBytes / bytes_per_position / detail::kLanes * detail::kLanes;
+  return std::max(positions, detail::kLanes);
+}
+
 // Where the rows of one pool (keys or values) of a paged cache lie, as split_k_decode requests
 // them: the pool [num_blocks, g, b, dim] seen through the block table, position t of kv head kv
 // being row ((T[t / b] g + kv) b + t mod b), dim elements. With `piece` = b the kernel never requests
@@ -24,15 +44,16 @@ struct PageMap {
   std::span<const std::size_t> table;
   std::size_t kv_heads, block_size, dim;
   std::size_t length;  // positions the step attends to: no row past them is prefetched
+  std::size_t ahead;   // how far ahead (positions) the sources prefetch: one block of the walk
 
   std::size_t row(std::size_t kv, std::size_t t) const {
     return (table[t / block_size] * kv_heads + kv) * block_size + t % block_size;
   }
 
   // Asks for row t of head kv of a pool of `bytes_per_row`-byte rows from `pool`, if t is attended
-  // (a software prefetch per 64-byte line). The narrow pools' sources ask for the row
-  // detail::kPrefetchDistance positions after each row they convert, as the float kernel does for
-  // the float pool (RowBlock::ahead): a page of b = 16 positions is a short run anywhere in the
+  // (a software prefetch per 64-byte line). The narrow pools' sources ask for the row `ahead`
+  // positions after each row they convert, as the float kernel does for the float pool
+  // (RowBlock::ahead): a page of b = 16 positions is a short run anywhere in the
   // pool, where the hardware prefetcher, following a stream of addresses, restarts every time.
   void prefetch_row(const void* pool, std::size_t bytes_per_row, std::size_t kv, std::size_t t) const {
     if (t >= length) return;
@@ -47,7 +68,7 @@ struct PagedRows {
   const float* pool;
   PageMap map;
 
-  // The rows kPrefetchDistance positions later lie in another page: the kernel prefetches them
+  // The rows `ahead` positions later lie in another page: the kernel prefetches them
   // from `ahead` when they too lie in one page (always, when b divides the distance) and are
   // attended.
   detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
@@ -56,7 +77,7 @@ struct PagedRows {
       for (std::size_t c = 0; c < count; ++c) std::copy_n(start + c * map.dim, map.dim, buffer + c * width);
       return {buffer, width};
     }
-    const std::size_t later = first + detail::kPrefetchDistance;
+    const std::size_t later = first + map.ahead;
     const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
     return {start, map.dim, later + count <= map.length && one_page ? pool + map.row(kv, later) * map.dim : nullptr};
   }
@@ -72,7 +93,7 @@ struct PagedBf16Rows {
   detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
     const std::uint16_t* start = pool + map.row(kv, first) * map.dim;
     for (std::size_t c = 0; c < count; ++c) {
-      map.prefetch_row(pool, map.dim * sizeof(std::uint16_t), kv, first + c + detail::kPrefetchDistance);
+      map.prefetch_row(pool, map.dim * sizeof(std::uint16_t), kv, first + c + map.ahead);
       detail::widen_bf16_row(start + c * map.dim, map.dim, buffer + c * width);
     }
     return {buffer, width};
@@ -92,8 +113,8 @@ struct PagedCodeRows {
   detail::RowBlock rows(std::size_t kv, std::size_t first, std::size_t count, std::size_t width, float* buffer) const {
     const std::size_t row = map.row(kv, first);
     for (std::size_t c = 0; c < count; ++c) {
-      map.prefetch_row(codes, map.dim, kv, first + c + detail::kPrefetchDistance);
-      map.prefetch_row(scales, sizeof(float), kv, first + c + detail::kPrefetchDistance);
+      map.prefetch_row(codes, map.dim, kv, first + c + map.ahead);
+      map.prefetch_row(scales, sizeof(float), kv, first + c + map.ahead);
       Dequantize(codes + (row + c) * map.dim, map.dim, scales[row + c], buffer + c * width);
     }
     return {buffer, width};
@@ -104,7 +125,7 @@ using PagedInt8Rows = PagedCodeRows<detail::dequantize_int8_row>;
 using PagedE4m3Rows = PagedCodeRows<detail::dequantize_e4m3_row>;
 
 // A bf16 pool read in place (a detail::CodeSource): a request's rows are `count` consecutive rows
-// of 16-bit values in one page, widened in registers by detail::Bf16Codes (no scale), the rows 64
+// of 16-bit values in one page, widened in registers by detail::Bf16Codes (no scale), the rows `ahead`
 // positions ahead prefetched as PagedRows's floats are. For a head_dim of whole registers;
 // otherwise PagedBf16Rows.
 struct PagedBf16InPlace {
@@ -114,7 +135,7 @@ struct PagedBf16InPlace {
 
   bool needs_buffer(std::size_t) const { return false; }
   detail::CodeBlock code_rows(std::size_t kv, std::size_t first, std::size_t count) const {
-    const std::size_t later = first + detail::kPrefetchDistance, row_bytes = map.dim * sizeof(std::uint16_t);
+    const std::size_t later = first + map.ahead, row_bytes = map.dim * sizeof(std::uint16_t);
     const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
     const auto bytes_of = [&](std::size_t t) { return reinterpret_cast<const std::uint8_t*>(pool + map.row(kv, t) * map.dim); };
     // The page ahead is looked up in the table only when it is attended.
@@ -125,10 +146,10 @@ struct PagedBf16InPlace {
 // An INT8 or E4M3 pool read in place (a detail::CodeSource): a request's rows are `count`
 // consecutive rows of codes in one page, each with its scale, which the kernels of
 // detail/code_kernels.hpp turn into floats in registers (\f$ q \cdot \hat k_t = s_t\,(q \cdot c_t) \f$,
-// \f$ p_t \hat v_t = (p_t s_t)\, c_t \f$) with no buffer; the codes 64 positions ahead are prefetched
-// when they lie in one page and are attended, as PagedRows's floats are, and so are their scales,
-// which lie in another pool: without that, every page's scales would be a miss the core waits
-// for. For a head_dim of whole registers; otherwise PagedCodeRows.
+// \f$ p_t \hat v_t = (p_t s_t)\, c_t \f$) with no buffer; the codes `ahead` positions ahead are
+// prefetched when they lie in one page and are attended, as PagedRows's floats are, and so are
+// their scales, which lie in another pool: without that, every page's scales would be a miss the
+// core waits for. For a head_dim of whole registers; otherwise PagedCodeRows.
 template <class CodeFormat>
 struct PagedCodesInPlace {
   using Codes = CodeFormat;
@@ -138,7 +159,7 @@ struct PagedCodesInPlace {
 
   bool needs_buffer(std::size_t) const { return false; }
   detail::CodeBlock code_rows(std::size_t kv, std::size_t first, std::size_t count) const {
-    const std::size_t row = map.row(kv, first), later = first + detail::kPrefetchDistance;
+    const std::size_t row = map.row(kv, first), later = first + map.ahead;
     const bool one_page = later / map.block_size == (later + count - 1) / map.block_size;
     const bool ahead = later + count <= map.length && one_page;
     // The kernels prefetch the codes ahead; the page's scales (one line) are asked for here.
@@ -158,18 +179,18 @@ GqaDecodeOutput paged_decode_attention_split_k(const Tensor2& q, const PagedKvCa
   const std::size_t d = cache.head_dim(), b = cache.block_size(), n = context_len;
   const ref::GqaDecodeDims dims{heads, kv_heads, group, block_table.size() * b, n, d, d, scale_value};
   // Work items over whole physical blocks: an item is a split of the positions for all g kv heads,
-  // which, at each block of kPagedBlock positions, takes the heads in turn. A physical block of the
+  // which, at each block of positions (paged_block), takes the heads in turn. A physical block of the
   // pool holds the pages of all g heads one after the other (g b d floats, 64 KiB at g = 8, b = 16,
   // d = 128), so its pages are read as a few sequential runs, where items (kv head, split) read
   // each page as an 8 KiB piece at a different time. Measured at 32K positions, 2 threads, a
   // shuffled table: 9.1 ms against 11.9 ms, the contiguous step taking 8.3 ms (at 128K, 41 against
-  // 51 ms, contiguous 30); blocks of 16 positions gained less (the online softmax's step per page),
-  // blocks of 128 to 512 about as much as 64. The splits are chosen for one item per split; piece
-  // = b: every request to the cache lies in one page.
-  constexpr std::size_t kPagedBlock = 64;
+  // 51 ms, contiguous 30), with blocks of 64 positions; kPagedBlockBytes says how long a block is
+  // and how far ahead to prefetch. The splits are chosen for one item per split; piece = b: every request
+  // to the cache lies in one page.
+  const std::size_t block = paged_block(cache.bytes_per_token());
   const detail::SplitDecodeShape shape = detail::split_decode_shape(
-      kFunction, "context_len", dims, splits, {.piece = b, .block = kPagedBlock, .heads_per_item = kv_heads});
-  const PageMap map{block_table, kv_heads, b, d, n};
+      kFunction, "context_len", dims, splits, {.piece = b, .block = block, .heads_per_item = kv_heads});
+  const PageMap map{block_table, kv_heads, b, d, n, block};
   GqaDecodeOutput result{Tensor2::from_shape({heads, d}), Tensor1::from_shape({heads})};
   float* out = result.out.data();
   float* lse = result.lse.data();
