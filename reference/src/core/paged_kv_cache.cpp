@@ -2,8 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
@@ -31,6 +37,34 @@ void require_known_storage(const char* function, const char* name, PagedKvStorag
   const auto value = static_cast<int>(storage);
   require(value >= static_cast<int>(PagedKvStorage::fp32) && value <= static_cast<int>(PagedKvStorage::fp8_e4m3),
           function, name, " (", value, ") is not a PagedKvStorage: fp32, bf16, int8 or fp8_e4m3");
+}
+
+// Asks the operating system to back the 2 MiB-aligned part of [data, data + bytes) with 2 MiB
+// pages (transparent huge pages), before the memory is first written. A pool is one allocation
+// that the decode step reads in runs of one page of positions (8 KiB at b = 16, d = 128) anywhere
+// in it: with 4 KiB pages nearly every run needs a translation the TLB does not hold, and the page
+// walk is a cache miss of its own, which the contiguous cache's sequential reads do not pay. With 2
+// MiB pages a 256 MiB pool needs 128 translations. Only advice: where the system has no huge pages
+// to give (or another OS), the pool works as before.
+void advise_huge_pages(const void* data, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const std::uintptr_t last = (begin + bytes) & ~(kHugePage - 1);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+// `count` elements of `value`: allocated (untouched), advised to use huge pages, then written.
+template <class T>
+void fill_advised(std::vector<T>& pool, std::size_t count, T value) {
+  pool.reserve(count);
+  advise_huge_pages(pool.data(), count * sizeof(T));
+  pool.assign(count, value);
 }
 
 }  // namespace
@@ -61,24 +95,25 @@ PagedKvCache::PagedKvCache(const PagedKvConfig& cfg) : cfg_(cfg) {
   const std::size_t slots = cfg.num_blocks * cfg.num_kv_heads * cfg.block_size;
   // Slots never written hold NaN: reading one poisons the output instead of passing unnoticed.
   const float unwritten = std::numeric_limits<float>::quiet_NaN();
-  switch (cfg.storage) {
-    case PagedKvStorage::fp32:
-      keys_.floats = Tensor4::from_shape({cfg.num_blocks, cfg.num_kv_heads, cfg.block_size, cfg.head_dim});
-      keys_.floats.fill(unwritten);
-      break;
-    case PagedKvStorage::bf16:
-      keys_.bits.assign(elements, float_to_bf16_bits(unwritten));
-      break;
-    case PagedKvStorage::int8:
-      keys_.codes.assign(elements, 0);
-      keys_.scales.assign(slots, unwritten);
-      break;
-    case PagedKvStorage::fp8_e4m3:
-      keys_.codes.assign(elements, 0x7f);  // E4M3's NaN, and a NaN scale
-      keys_.scales.assign(slots, unwritten);
-      break;
-  }
-  values_ = keys_;
+  // The keys' and the values' pools, each allocated, advised to use huge pages, then filled.
+  for (Pool* pool : {&keys_, &values_}) switch (cfg.storage) {
+      case PagedKvStorage::fp32:
+        pool->floats = Tensor4::from_shape({cfg.num_blocks, cfg.num_kv_heads, cfg.block_size, cfg.head_dim});
+        advise_huge_pages(pool->floats.data(), elements * sizeof(float));
+        pool->floats.fill(unwritten);
+        break;
+      case PagedKvStorage::bf16:
+        fill_advised(pool->bits, elements, float_to_bf16_bits(unwritten));
+        break;
+      case PagedKvStorage::int8:
+        fill_advised(pool->codes, elements, std::uint8_t{0});
+        fill_advised(pool->scales, slots, unwritten);
+        break;
+      case PagedKvStorage::fp8_e4m3:
+        fill_advised(pool->codes, elements, std::uint8_t{0x7f});  // E4M3's NaN, and a NaN scale
+        fill_advised(pool->scales, slots, unwritten);
+        break;
+    }
   ref_counts_.assign(cfg.num_blocks, 0);
   // A stack whose top (the back) is block 0: blocks are handed out 0, 1, 2, ... at first.
   free_list_.reserve(cfg.num_blocks);
