@@ -176,9 +176,7 @@ Tensor2 mla_absorbed(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg
 }
 
 Tensor2 absorbed_qk_matrix(const MlaWeights& w, const MlaConfig& cfg, int head) {
-  const char* fn = "absorbed_qk_matrix";
-  validate_mla_weights(fn, w, cfg);
-  require(head >= 0 && head < cfg.num_heads, fn, "head (", head, ") must be in [0, num_heads = ", cfg.num_heads, ")");
+  ref::validate_absorbed_qk_matrix("absorbed_qk_matrix", w, cfg, head);
   const std::size_t q_in = w.w_uq.shape()[0], d_c = size(cfg.kv_lora_rank), d_h = size(cfg.qk_nope_head_dim);
   const std::size_t stride = size(cfg.num_heads) * d_h, first = size(head) * d_h;
   // M = W^UQ_i (W^UK_i)^T: [q_in, d_h] times the transpose of [d_c, d_h], both column blocks of head i

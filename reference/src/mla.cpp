@@ -160,10 +160,13 @@ Tensor2 mla_absorbed(const Tensor2& x, const MlaWeights& w, const MlaConfig& cfg
   return u;
 }
 
-Tensor2 absorbed_qk_matrix(const MlaWeights& w, const MlaConfig& cfg, int head) {
-  const char* fn = "absorbed_qk_matrix";
+void validate_absorbed_qk_matrix(const char* fn, const MlaWeights& w, const MlaConfig& cfg, int head) {
   validate_mla_weights(fn, w, cfg);
   require(head >= 0 && head < cfg.num_heads, fn, "head (", head, ") must be in [0, num_heads = ", cfg.num_heads, ")");
+}
+
+Tensor2 absorbed_qk_matrix(const MlaWeights& w, const MlaConfig& cfg, int head) {
+  validate_absorbed_qk_matrix("absorbed_qk_matrix", w, cfg, head);
   const std::size_t q_in = w.w_uq.shape()[0], d_c = size(cfg.kv_lora_rank), d_h = size(cfg.qk_nope_head_dim);
   const std::size_t first = size(head) * d_h;
   // M_ac = sum_e W^UQ(a, i d_h + e) W^UK(c, i d_h + e)

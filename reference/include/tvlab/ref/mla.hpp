@@ -91,4 +91,8 @@ void validate_mla_cache(const char* function, const MlaCache& cache, const MlaCo
 /// @param head i, in [0, num_heads)
 Tensor2 absorbed_qk_matrix(const MlaWeights& w, const MlaConfig& cfg, int head);
 
+/// Checks the arguments of `absorbed_qk_matrix` (every backend's) for `function`: the weights
+/// against cfg and head in [0, num_heads).
+void validate_absorbed_qk_matrix(const char* function, const MlaWeights& w, const MlaConfig& cfg, int head);
+
 }  // namespace tvlab::ref
