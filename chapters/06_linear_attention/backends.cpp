@@ -1,0 +1,21 @@
+#include "backends.hpp"
+
+#include "tvlab/ref/linear_attention.hpp"
+
+namespace tvlab::linear {
+
+// Every implementation, in the order the lesson reads them: the reference (plain loops, double
+// accumulation) is the chapter's first; the optimized CPU and CUDA versions join it here.
+const std::vector<Backend>& backends() {
+  static const std::vector<Backend> all = {
+      {.name = "ref",
+       .kind = BackendKind::reference,
+       .linear_attention = ref::linear_attention,
+       .causal_parallel = ref::causal_linear_attention_parallel,
+       .causal_recurrent = ref::causal_linear_attention_recurrent,
+       .causal_chunked = ref::causal_linear_attention_chunked},
+  };
+  return all;
+}
+
+}  // namespace tvlab::linear

@@ -1,0 +1,270 @@
+// `tvlab 06_linear_attention` (alias `tvlab linear`): kernelised linear attention. --step walks the
+// documents' worked example (one query, three keys: softmax weights against the ReLU kernel's
+// scores, and where the two rankings part); a run computes the non-causal form and the causal
+// form three ways (recurrence, masked parallel, chunks) through every backend of the registry;
+// --markdown prints results.md and `tvlab tour` checks the agreement and the documents' numbers.
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../common/backend_run.hpp"
+#include "../common/run_cost.hpp"
+#include "../common/walkthrough.hpp"
+#include "backends.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+
+namespace tvlab::cli {
+namespace {
+
+using linear::backends;
+
+struct Options : StandardOptions {
+  int seq = 12, heads = 2, dim = 8, chunk = 5;
+  std::string feature_map = "elu_plus_one";
+};
+
+FeatureMap parse_feature_map(const std::string& name) {
+  if (name == "relu") return FeatureMap::relu;
+  if (name == "identity") return FeatureMap::identity;
+  return FeatureMap::elu_plus_one;
+}
+
+// ---- The documents' worked examples (000 L93-L99), one query against three keys, scale 1 ----
+
+struct KernelExample {
+  const char* source;
+  std::vector<double> q;
+  std::vector<std::vector<double>> keys;
+};
+
+// 000 L93-L97: q = [1, 2, 1]; k_1 = [2, 1, 0], k_2 = [1, 1, 2], k_3 = [0, 1, 1].
+KernelExample first_example() { return {"000 L93-L97", {1, 2, 1}, {{2, 1, 0}, {1, 1, 2}, {0, 1, 1}}}; }
+// 000 L99: q = [2, -1, 3]; k_1 = [1, 2, -1], k_2 = [-2, 1, 3], k_3 = [0, -1, 2] (negative entries).
+KernelExample second_example() { return {"000 L99", {2, -1, 3}, {{1, 2, -1}, {-2, 1, 3}, {0, -1, 2}}}; }
+
+// The example as attention inputs [1, n, d]: one head; row 0 of q, the keys as k (v unused: one-hot).
+struct ExampleTensors {
+  Tensor3 q, k, v;
+};
+ExampleTensors as_tensors(const KernelExample& ex) {
+  const std::size_t n = ex.keys.size(), d = ex.q.size();
+  ExampleTensors t{Tensor3::from_shape({1, 1, d}), Tensor3::from_shape({1, n, d}), xt::zeros<float>({std::size_t{1}, n, n})};
+  for (std::size_t c = 0; c < d; ++c) t.q(0, 0, c) = static_cast<float>(ex.q[c]);
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t c = 0; c < d; ++c) t.k(0, j, c) = static_cast<float>(ex.keys[j][c]);
+    t.v(0, j, j) = 1.0f;  // value j = e_j: the output is the weight vector itself
+  }
+  return t;
+}
+
+// The softmax weights of the example (scale 1): p_j = e^{q.k_j} / sum_l e^{q.k_l}.
+std::vector<double> softmax_weights(const KernelExample& ex) {
+  std::vector<double> s;
+  for (const auto& k : ex.keys) s.push_back(std::inner_product(ex.q.begin(), ex.q.end(), k.begin(), 0.0));
+  const double m = *std::max_element(s.begin(), s.end());
+  double sum = 0.0;
+  for (double& x : s) sum += x = std::exp(x - m);
+  for (double& x : s) x /= sum;
+  return s;
+}
+
+// The weights of the ReLU kernel, from the reference's normalised linear attention (value j = e_j),
+// times the normaliser to give the unnormalised scores relu(q) . relu(k_j).
+std::vector<double> relu_kernel_scores(const KernelExample& ex, bool normalized) {
+  const ExampleTensors t = as_tensors(ex);
+  LinearAttentionConfig cfg;
+  cfg.feature_map = FeatureMap::relu;
+  cfg.normalize = normalized;
+  const Tensor3 o = reference_backend(backends()).linear_attention(t.q, t.k, t.v, cfg);
+  std::vector<double> w;
+  for (std::size_t j = 0; j < ex.keys.size(); ++j) w.push_back(o(0, 0, j));
+  return w;
+}
+
+// "k2 > k1 > k3": the keys in decreasing order of their weight (ties keep the key order).
+std::string ranking(const std::vector<double>& w) {
+  std::vector<std::size_t> order(w.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return w[a] > w[b]; });
+  std::string out;
+  for (std::size_t i = 0; i < order.size(); ++i) out += (i ? " > k" : "k") + std::to_string(order[i] + 1);
+  return out;
+}
+
+std::string list(const std::vector<double>& w, int decimals) {
+  std::string out;
+  for (std::size_t j = 0; j < w.size(); ++j) out += (j ? ", " : "") + fixed(w[j], decimals);
+  return out;
+}
+
+std::vector<DocumentCheck> document_checks() {
+  const KernelExample first = first_example(), second = second_example();
+  const std::vector<double> p1 = softmax_weights(first), r1 = relu_kernel_scores(first, false);
+  const std::vector<double> p2 = softmax_weights(second), r2 = relu_kernel_scores(second, false);
+  std::vector<DocumentCheck> checks;
+  // 000 L97: "scores about 0.090, 0.665, 0.245 (k1, k2, k3), ranking k2 > k3 > k1": the weights are
+  // those of k3, k2, k1; q.k = 4, 5, 3 gives k1 0.245, k3 0.090.
+  checks.push_back(check_number(first.source, "softmax weight of k1 (q.k = 4, 5, 3)", "0.090", 0.090, 0.0005, p1[0],
+                                fixed(p1[0], 4)));
+  checks.push_back(check_number(first.source, "softmax weight of k2", "0.665", 0.665, 0.0005, p1[1], fixed(p1[1], 4)));
+  checks.push_back(check_number(first.source, "softmax weight of k3", "0.245", 0.245, 0.0005, p1[2], fixed(p1[2], 4)));
+  checks.push_back({first.source, "softmax ranking", "k2 > k3 > k1", ranking(p1), ranking(p1) == "k2 > k3 > k1"});
+  checks.push_back({first.source, "ReLU kernel scores relu(q).relu(k_j), unnormalised", "4, 5, 3", list(r1, 0),
+                    list(r1, 0) == "4, 5, 3"});
+  checks.push_back({first.source, "ReLU kernel ranking, \"the same as softmax's\"", "the same ranking", ranking(r1),
+                    ranking(r1) == ranking(p1)});
+  checks.push_back({second.source, "softmax ranking (q.k = -3, 4, 7)", "k3 > k2 > k1", ranking(p2),
+                    ranking(p2) == "k3 > k2 > k1"});
+  checks.push_back({second.source, "ReLU kernel ranking (scores 2, 9, 6)", "k2 > k3 > k1", ranking(r2),
+                    ranking(r2) == "k2 > k3 > k1"});
+  return checks;
+}
+
+// ---- A run: the chapter's functions on seeded inputs ----
+
+struct Inputs {
+  Tensor3 q, k, v;
+};
+Inputs make_inputs(const Options& o, std::uint64_t seed) {
+  Rng rng(seed);
+  const auto h = static_cast<std::size_t>(o.heads), n = static_cast<std::size_t>(o.seq), d = static_cast<std::size_t>(o.dim);
+  return {rng.normal_tensor(h, n, d), rng.normal_tensor(h, n, d), rng.normal_tensor(h, n, d)};
+}
+
+// Every output a backend gives: the non-causal form and the three causal ones. The outputs are
+// weighted averages of N(0, 1) values through float sums of at most n m products: 1e-5.
+std::optional<Run> run_one(const linear::Backend& b, const Inputs& in, const LinearAttentionConfig& cfg,
+                           std::size_t chunk) {
+  Run run;
+  const std::size_t h = in.q.shape()[0], m = in.q.shape()[2], d_v = in.v.shape()[2];
+  if (b.linear_attention) run.outputs.push_back({"linear_attention", b.linear_attention(in.q, in.k, in.v, cfg), 1e-5});
+  if (b.causal_parallel) run.outputs.push_back({"causal_parallel", b.causal_parallel(in.q, in.k, in.v, cfg), 1e-5});
+  if (b.causal_recurrent) {
+    LinearAttentionState state(h, m, d_v);
+    run.outputs.push_back({"causal_recurrent", b.causal_recurrent(in.q, in.k, in.v, cfg, state), 1e-5});
+  }
+  if (b.causal_chunked) {
+    LinearAttentionState state(h, m, d_v);
+    run.outputs.push_back({"causal_chunked", b.causal_chunked(in.q, in.k, in.v, cfg, chunk, state), 1e-5});
+  }
+  if (run.outputs.empty()) return std::nullopt;
+  return run;
+}
+
+std::vector<Agreement> agreements(bool include_cuda) {
+  Options o;
+  const Inputs in = make_inputs(o, 7);
+  const LinearAttentionConfig cfg;
+  const Run expected = *run_one(reference_backend(backends()), in, cfg, static_cast<std::size_t>(o.chunk));
+  std::vector<Agreement> out;
+  const std::string example = "h 2, n 12, d 8, elu+1, chunks of 5";
+  for (const auto& b : backends()) {
+    if (b.kind == BackendKind::reference || b.kind == BackendKind::student) continue;
+    if (b.kind == BackendKind::cuda && !include_cuda) continue;  // results.md must not depend on the machine
+    if (unavailable_reason(b.caps)) {
+      out.push_back({"linear_attention", b.name, example, 0.0, 0.0, true});
+      continue;
+    }
+    const auto run = run_one(b, in, cfg, static_cast<std::size_t>(o.chunk));
+    if (run) for (const Agreement& a : agreements_of(b.name, example, *run, expected)) out.push_back(a);
+  }
+  return out;
+}
+
+std::string markdown() {
+  std::ostringstream md;
+  md << results_header(TVLAB_CHAPTER_NAME, "Linear attention");
+  md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
+  return md.str();
+}
+
+// The documents' two examples, step by step: scores, softmax weights, the ReLU kernel, rankings.
+void step_through() {
+  int step = 1;
+  for (const KernelExample& ex : {first_example(), second_example()}) {
+    std::vector<double> s;
+    for (const auto& k : ex.keys) s.push_back(std::inner_product(ex.q.begin(), ex.q.end(), k.begin(), 0.0));
+    print_step(std::cout, step++, std::string("the documents' example (") + ex.source + "): q = [" + list(ex.q, 0) +
+                                      "], three keys, scale 1; the scores q . k_j = " + list(s, 0));
+    const std::vector<double> p = softmax_weights(ex);
+    print_step(std::cout, step++, "softmax: p_j = e^{q.k_j} / sum_l e^{q.k_l} = " + list(p, 4) + ", ranking " + ranking(p));
+    const std::vector<double> r = relu_kernel_scores(ex, false), w = relu_kernel_scores(ex, true);
+    print_step(std::cout, step++, "the ReLU kernel phi(x) = max(0, x): phi(q) . phi(k_j) = " + list(r, 0) +
+                                      "; normalised, " + list(w, 4) + ", ranking " + ranking(r) +
+                                      (ranking(r) == ranking(p) ? " (the same)" : " (not softmax's: ReLU dropped the negative coordinates)"));
+  }
+}
+
+int run(const Options& o, const GlobalOptions& g) {
+  if (g.format == "markdown") {
+    std::cout << markdown();
+    return 0;
+  }
+  require_positive(TVLAB_CHAPTER_NAME, "--seq", o.seq);
+  require_positive(TVLAB_CHAPTER_NAME, "--heads", o.heads);
+  require_positive(TVLAB_CHAPTER_NAME, "--dim", o.dim);
+  require_positive(TVLAB_CHAPTER_NAME, "--chunk", o.chunk);
+  const auto h = static_cast<std::uint64_t>(o.heads), n = static_cast<std::uint64_t>(o.seq);
+  const auto d = static_cast<std::uint64_t>(o.dim);
+  // What the run will take, before anything is allocated: q, k, v and four outputs per backend;
+  // the reference's parallel form, n^2 d products per head.
+  RunCost cost;
+  cost.memory("q, k, v and every backend's four outputs", {3 + 4 * backends().size(), h, n, d}, sizeof(float), "--seq")
+      .work("the reference's masked parallel form", {h, n, n, d}, "--seq");
+  cost.require_affordable(g, o);
+  const Inputs in = make_inputs(o, g.seed);
+  LinearAttentionConfig cfg;
+  cfg.feature_map = parse_feature_map(o.feature_map);
+  const auto chunk = static_cast<std::size_t>(o.chunk);
+  const auto one = [&](const linear::Backend& b) { return run_one(b, in, cfg, chunk); };
+  // The reference first: it validates the inputs, so --step never prints an invalid case.
+  const Run expected = *one(reference_backend(backends()));
+  if (o.step) step_through();
+  Dump dump(o.dump);
+  dump.write("q", in.q);
+  dump.write("k", in.k);
+  dump.write("v", in.v);
+  const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                         "linear attention: heads " + std::to_string(o.heads) + ", seq " + std::to_string(o.seq) +
+                             ", dim " + std::to_string(o.dim) + ", chunk " + std::to_string(o.chunk) + ", " +
+                             o.feature_map + ", seed " + std::to_string(g.seed),
+                         {{"heads", o.heads}, {"seq", o.seq}, {"dim", o.dim}, {"chunk", o.chunk},
+                          {"feature_map", o.feature_map}},
+                         g.format == "json"};
+  return run_backends(backends(), o.backend, one, expected, dump, report);
+}
+
+}  // namespace
+
+// The build names this function after the chapter's folder (chapter_NN_<topic>) and lists it in `tvlab`.
+Chapter TVLAB_CHAPTER_ENTRY() {
+  Chapter c;
+  c.name = TVLAB_CHAPTER_NAME;
+  c.alias = "linear";
+  c.summary = "linear attention: the kernel trick, causal recurrent / parallel / chunked forms";
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
+    auto o = std::make_shared<Options>();
+    Command sub = add_chapter_command(
+        root, global, TVLAB_CHAPTER_NAME, "linear",
+        "Linear attention: phi(Q)(phi(K)^T V), and causal linear attention three ways", *o,
+        "walk the documents' example: softmax weights against the ReLU kernel, and the rankings",
+        "write q.npy, k.npy, v.npy and <output>_<backend>.npy to DIR", backend_lines(backends()),
+        [o, &global] { return run(*o, global); });
+    sub.option("--seq", o->seq, "positions n");
+    sub.option("--heads", o->heads, "heads h");
+    sub.option("--dim", o->dim, "width d of q, k and v");
+    sub.option("--chunk", o->chunk, "chunk size C of the chunked causal form");
+    sub.choice("--feature-map", o->feature_map, {"elu_plus_one", "relu", "identity"}, "the feature map phi");
+  };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
+  return c;
+}
+
+}  // namespace tvlab::cli
