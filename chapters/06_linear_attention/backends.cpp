@@ -1,11 +1,12 @@
 #include "backends.hpp"
 
 #include "tvlab/ref/linear_attention.hpp"
+#include "tvlab/student/linear_attention.hpp"
 
 namespace tvlab::linear {
 
 // Every implementation, in the order the lesson reads them: the reference (plain loops, double
-// accumulation) is the chapter's first; the optimized CPU and CUDA versions join it here.
+// accumulation), then the student's (the exercises).
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
       {.name = "ref",
@@ -14,6 +15,8 @@ const std::vector<Backend>& backends() {
        .causal_parallel = ref::causal_linear_attention_parallel,
        .causal_recurrent = ref::causal_linear_attention_recurrent,
        .causal_chunked = ref::causal_linear_attention_chunked},
+      // Exercise 06.1, the causal recurrence with its normaliser.
+      {.name = "student", .kind = BackendKind::student, .causal_recurrent = student::causal_linear_attention_recurrent},
   };
   return all;
 }

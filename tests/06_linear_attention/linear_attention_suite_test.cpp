@@ -137,6 +137,7 @@ class Causal : public ::testing::TestWithParam<std::tuple<Backend, Case>> {};
 // parallel form) and n + 4 (one chunk, longer than the sequence).
 TEST_P(Causal, three_forms_match_the_double_oracle) {
   const auto& [backend, c] = GetParam();
+  TVLAB_EXERCISE(backend, "06.1");
   const std::uint64_t seed = 611 + c.n;
   const Inputs in = make_inputs(c, seed);
   const LinearAttentionConfig cfg = config_of(c);
@@ -168,6 +169,7 @@ Tensor3 positions(const Tensor3& x, std::size_t begin, std::size_t end) {
 // the outputs are the oracle's rows, and the state holds sum_j phi(k_j) v_j^T and sum_j phi(k_j).
 TEST_P(Causal, a_carried_state_equals_one_pass) {
   const auto& [backend, c] = GetParam();
+  TVLAB_EXERCISE(backend, "06.1");
   if (c.n < 5) GTEST_SKIP() << "needs a prompt and a few tokens";
   const std::uint64_t seed = 621 + c.n;
   const Inputs in = make_inputs(c, seed);
@@ -205,7 +207,7 @@ TEST_P(Causal, a_carried_state_equals_one_pass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ch06, Causal,
-                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::causal_parallel)),
+                         ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::causal_recurrent)),
                                             ::testing::ValuesIn(kCases)),
                          tvlab::testing::ImplCaseName());
 
@@ -213,6 +215,7 @@ class Errors : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(Errors, bad_input_names_the_parameter_and_leaves_the_state) {
   const Backend& backend = GetParam();
+  TVLAB_EXERCISE(backend, "06.1");
   Rng rng(631);
   const Tensor3 q = rng.normal_tensor(2, 5, 4), k = rng.normal_tensor(2, 5, 4), v = rng.normal_tensor(2, 5, 3);
   LinearAttentionConfig relu;
@@ -261,7 +264,7 @@ TEST_P(Errors, bad_input_names_the_parameter_and_leaves_the_state) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ch06, Errors, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::causal_parallel)),
+INSTANTIATE_TEST_SUITE_P(Ch06, Errors, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::causal_recurrent)),
                          tvlab::testing::ImplName());
 
 }  // namespace

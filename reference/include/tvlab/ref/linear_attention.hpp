@@ -74,4 +74,16 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
                                         const LinearAttentionConfig& cfg, std::size_t chunk_size,
                                         LinearAttentionState& state);
 
+/// Checks the inputs every backend's linear attention takes, for `function`: q, k, v non-empty and
+/// finite, of one head count, q and k of one width d_k, k and v of one length (and q of that length
+/// too when `same_length`, as the causal forms pair position i of each); the feature map known and
+/// the scale positive. Throws `tvlab::Error` naming the parameter.
+void validate_linear_attention_inputs(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                      const LinearAttentionConfig& cfg, bool same_length);
+
+/// Checks that `state` fits q and v (`[h, d_k, d_v]` and `[h, d_k]`, finite), naming `state.s` or
+/// `state.z`.
+void validate_linear_attention_state(const char* function, const LinearAttentionState& state, const Tensor3& q,
+                                     const Tensor3& v);
+
 }  // namespace tvlab::ref

@@ -1,0 +1,25 @@
+// exercises/06_linear_attention/student.cpp: your code for this chapter's exercises (exercises.md).
+// Write each exercise between its "EXERCISE NN.M begins" and "EXERCISE NN.M ends" lines, in
+// place of the `throw tvlab::NotImplemented(...)`, then run `make exercises`. Keep those two
+// lines: `make reset-exercise EXERCISE=NN.M` finds an exercise by them and puts its stub back
+// (your version is saved beside this file as student.cpp.<date-time>.bak).
+// Made from solution.cpp by scripts/make_student.py, which does not overwrite your work.
+// stub fingerprint: 6f96489c8d01d65c
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tvlab/core/error.hpp"
+#include "tvlab/student/linear_attention.hpp"
+
+namespace tvlab::student {
+
+Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                          const LinearAttentionConfig& cfg, LinearAttentionState& state) {
+  // EXERCISE 06.1 begins: causal linear attention: the recurrence S_t = S_{t-1} + phi(k_t) v_t^T with its normaliser z_t. Replace the throw with your code.
+  throw tvlab::NotImplemented("exercise 06.1: causal linear attention: the recurrence S_t = S_{t-1} + phi(k_t) v_t^T with its normaliser z_t; read chapters/06_linear_attention/README.md, section \"Causal linear attention, three ways\"");
+  // EXERCISE 06.1 ends
+}
+
+}  // namespace tvlab::student
