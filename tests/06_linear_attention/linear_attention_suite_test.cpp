@@ -125,6 +125,8 @@ TEST_P(NonCausal, matches_the_double_oracle) {
                       context(std::string("linear_attention, ") + c.label, backend, seed)));
 }
 
+// The exercise program's registry (the student's entry alone) has no non-causal form.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(NonCausal);
 INSTANTIATE_TEST_SUITE_P(Ch06, NonCausal,
                          ::testing::Combine(::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::linear_attention)),
                                             ::testing::ValuesIn(kCases)),
@@ -165,12 +167,11 @@ Tensor3 positions(const Tensor3& x, std::size_t begin, std::size_t end) {
   return xt::view(x, xt::all(), xt::range(begin, end), xt::all());
 }
 
-// A prompt of 4 tokens, then one token at a time, each call given the state the previous one left:
+// A prompt of 4 tokens, then one token at a time (shorter sequences: what fits), each call given the state the previous one left:
 // the outputs are the oracle's rows, and the state holds sum_j phi(k_j) v_j^T and sum_j phi(k_j).
 TEST_P(Causal, a_carried_state_equals_one_pass) {
   const auto& [backend, c] = GetParam();
   TVLAB_EXERCISE(backend, "06.1");
-  if (c.n < 5) GTEST_SKIP() << "needs a prompt and a few tokens";
   const std::uint64_t seed = 621 + c.n;
   const Inputs in = make_inputs(c, seed);
   const LinearAttentionConfig cfg = config_of(c);
@@ -189,7 +190,9 @@ TEST_P(Causal, a_carried_state_equals_one_pass) {
   for (const auto& [name, step] : forms) {
     LinearAttentionState state(c.h, c.d, c.d_v);
     std::size_t begin = 0;
-    for (const std::size_t end : {std::size_t{4}, std::size_t{5}, c.n - 1, c.n}) {
+    // pieces [0, 4), [4, 5), [5, n - 1), [n - 1, n), each clipped to the sequence
+    for (const std::size_t wanted : {std::size_t{4}, std::size_t{5}, c.n - 1, c.n}) {
+      const std::size_t end = std::min(wanted, c.n);
       if (end <= begin) continue;
       const Tensor3 o = step(positions(in.q, begin, end), positions(in.k, begin, end), positions(in.v, begin, end), state);
       const DTensor3 rows = xt::view(expected, xt::all(), xt::range(begin, end), xt::all());
