@@ -16,6 +16,7 @@
 #include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
+#include "tvlab/analysis/linear_state_memory.hpp"
 #include "tvlab/analysis/low_rank.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -195,11 +196,26 @@ std::string low_rank_markdown() {
   return md.str();
 }
 
+// The state against the KV cache: Llama 3 8B as it is, and with every attention layer linear.
+std::string memory_markdown() {
+  const ModelConfig& model = named_model_config("llama-3-8b");
+  std::ostringstream md;
+  md << "| context | KV cache, softmax (GQA, g = 8) | linear state (32 heads of 128 x 128) | cache / state |\n"
+     << "| --- | --- | --- | --- |\n";
+  for (const auto& r : analysis::state_against_kv_cache(model, {256, 4096, 32768, 131072, 1048576}, analysis::DType::bf16))
+    md << "| " << r.context << " | " << fixed(r.kv_cache_bytes / 1e6, 1) << " MB | " << fixed(r.state_bytes / 1e6, 1)
+       << " MB | " << fixed(r.kv_cache_bytes / r.state_bytes, 1) << " |\n";
+  md << "\n(llama-3-8b: 32 layers, bf16, one sequence; the two meet at h d_h / (2 g) = "
+     << fixed(analysis::break_even_context(model), 0) << " tokens.)\n";
+  return md.str();
+}
+
 std::string markdown() {
   std::ostringstream md;
   md << results_header(TVLAB_CHAPTER_NAME, "Linear attention");
   md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
   md << "## The low-rank dilemma\n\n" << low_rank_markdown() << '\n';
+  md << "## The state against the KV cache\n\n" << memory_markdown() << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
