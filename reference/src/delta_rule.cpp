@@ -24,7 +24,6 @@ bool given(const T& tensor) {
 struct Inputs {
   std::size_t h = 0, n = 0, d_k = 0, d_v = 0;
   std::vector<double> q, k, g;  // [h, n, d_k]
-  const Tensor3* v = nullptr;
   const Tensor2* beta = nullptr;
   bool delta = true;
 
@@ -91,7 +90,7 @@ void validate(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3&
             ") must be positive and finite");
 }
 
-// Row (head, t) of x in double, divided by its L2 norm when `normalize`: \f$ x / \|x\|_2 \f$.
+// factor * x / ||x||_2 for row (head, t) of x, in double (factor * x without `normalize`).
 void load_row(const char* fn, const char* name, const Tensor3& x, std::size_t head, std::size_t t, bool normalize,
               double factor, double* out) {
   const std::size_t d = x.shape()[2];
@@ -114,7 +113,6 @@ Inputs prepare(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3
   in.n = q.shape()[1];
   in.d_k = q.shape()[2];
   in.d_v = v.shape()[2];
-  in.v = &v;
   in.beta = &beta;
   in.delta = cfg.delta;
   const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(in.d_k)));
@@ -193,20 +191,20 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
       const double* k_t = &in.k[in.at(head, t)];
       const double* g_t = &in.g[in.at(head, t)];
       const double beta_t = beta(head, t);
-      // decay: \f$ \tilde S = \mathrm{diag}(e^{g_t}) S_{t-1} \f$ (row c of S by \f$ e^{g_t[c]} \f$)
+      // decay: S~ = diag(e^{g_t}) S_{t-1}, row c of S times e^{g_t[c]}
       for (std::size_t c = 0; c < d_k; ++c)
         for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] *= std::exp(g_t[c]);
-      // predict: \f$ u_t = \beta_t (v_t - \tilde S^\top k_t) \f$, or \f$ \beta_t v_t \f$ without the delta rule
+      // predict: u_t = beta_t (v_t - S~^T k_t) with the decayed state, or beta_t v_t without the delta rule
       for (std::size_t e = 0; e < d_v; ++e) {
         double prediction = 0.0;
         if (in.delta)
           for (std::size_t c = 0; c < d_k; ++c) prediction += s[c * d_v + e] * k_t[c];
         u[e] = beta_t * (v(head, t, e) - prediction);
       }
-      // write: \f$ S_t = \tilde S + k_t u_t^\top \f$
+      // write: S_t = S~ + k_t u_t^T
       for (std::size_t c = 0; c < d_k; ++c)
         for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] += k_t[c] * u[e];
-      // read: \f$ o_t = S_t^\top (\text{scale}\, q_t) \f$
+      // read: o_t = S_t^T (scale q_t)
       for (std::size_t e = 0; e < d_v; ++e) {
         o[e] = 0.0;
         for (std::size_t c = 0; c < d_k; ++c) o[e] += s[c * d_v + e] * q_t[c];
@@ -228,42 +226,47 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
   const Inputs in = prepare(fn, q, k, v, beta, gate, cfg, initial_state);
   const std::size_t d_k = in.d_k, d_v = in.d_v;
   DeltaRuleOutput out{Tensor3::from_shape({in.h, in.n, d_v}), Tensor3::from_shape({in.h, d_k, d_v})};
+  // Within a chunk that starts from S_0, unrolling the recurrence gives every state at once,
+  //   S_i = diag(e^{G_i}) S_0 + sum_{j <= i} diag(e^{G_i - G_j}) k_j u_j^T,
+  // and putting the decayed state before step i into u_i = beta_i (v_i - (D_i S_{i-1})^T k_i) leaves
+  // one unknown coupling the steps: the u_j of the same chunk, through a triangular system.
   for (std::size_t head = 0; head < in.h; ++head) {
     std::vector<double> s = initial_state_of(initial_state, in, head);  // S_0 of the current chunk
     for (std::size_t start = 0; start < in.n; start += chunk_size) {
       const std::size_t len = std::min(chunk_size, in.n - start), last = start + len - 1;
       const double* kc = &in.k[in.at(head, start)];  // k_i of the chunk: kc[i * d_k + c]
       const double* qc = &in.q[in.at(head, start)];
-      // \f$ G_i[c] = \sum_{s \le i} g_s[c] \f$, the log decay from the chunk's start through position i
+      // G_i[c] = sum_{s <= i} g_s[c]: the log decay from the chunk's start through position i
       std::vector<double> G(len * d_k);
       for (std::size_t i = 0; i < len; ++i)
         for (std::size_t c = 0; c < d_k; ++c)
           G[i * d_k + c] = (i > 0 ? G[(i - 1) * d_k + c] : 0.0) + in.g[in.at(head, start + i) + c];
-      // \f$ A_{ij} = \sum_c k_i[c]\, k_j[c]\, e^{G_i[c] - G_j[c]} \f$ for j < i: key j decayed to position i, read by key i
+      // A_ij = sum_c k_i[c] k_j[c] e^{G_i[c] - G_j[c]} for j < i: key j decayed to position i, read by key i
       std::vector<double> A(len * len, 0.0);
       for (std::size_t i = 0; i < len; ++i)
         for (std::size_t j = 0; j < i; ++j)
           for (std::size_t c = 0; c < d_k; ++c)
             A[i * len + j] += kc[i * d_k + c] * kc[j * d_k + c] * std::exp(G[i * d_k + c] - G[j * d_k + c]);
-      // \f$ W = \mathrm{diag}(\beta)\,(V - (K \odot e^{G}) S_0) \f$: each step's correction against the carried state
-      // alone (\f$ \mathrm{diag}(\beta) V \f$ without the delta rule)
+      // W = diag(beta) (V - (K o e^G) S_0): each step's correction against the carried state alone,
+      // decayed to its position (diag(beta) V without the delta rule)
       std::vector<double> U(len * d_v);
       for (std::size_t i = 0; i < len; ++i)
         for (std::size_t e = 0; e < d_v; ++e) {
           double prediction = 0.0;
           if (in.delta)
-            for (std::size_t c = 0; c < d_k; ++c) prediction += kc[i * d_k + c] * std::exp(G[i * d_k + c]) * s[c * d_v + e];
+            for (std::size_t c = 0; c < d_k; ++c)
+              prediction += kc[i * d_k + c] * std::exp(G[i * d_k + c]) * s[c * d_v + e];
           U[i * d_v + e] = beta(head, start + i) * (v(head, start + i, e) - prediction);
         }
-      // \f$ (I + \mathrm{StrictLower}(\mathrm{diag}(\beta) A))\, U = W \f$ by forward substitution:
-      // \f$ u_i = w_i - \beta_i \sum_{j<i} A_{ij} u_j \f$, the corrections of the chunk's earlier steps
+      // (I + StrictLower(diag(beta) A)) U = W by forward substitution, in place:
+      // u_i = w_i - beta_i sum_{j<i} A_ij u_j: the correction less what the chunk's earlier writes predict at k_i
       // (nothing to solve without the delta rule: U = W)
       if (in.delta)
         for (std::size_t i = 0; i < len; ++i)
           for (std::size_t j = 0; j < i; ++j)
             for (std::size_t e = 0; e < d_v; ++e)
               U[i * d_v + e] -= beta(head, start + i) * A[i * len + j] * U[j * d_v + e];
-      // \f$ o_i = S_0^\top (e^{G_i} \odot \text{scale}\,q_i) + \sum_{j \le i} u_j\, (k_j^\top \mathrm{diag}(e^{G_i - G_j})\, \text{scale}\,q_i) \f$
+      // o_i = S_0^T (e^{G_i} o scale q_i) + sum_{j <= i} u_j (k_j^T diag(e^{G_i - G_j}) scale q_i)
       std::vector<double> o(d_v);
       for (std::size_t i = 0; i < len; ++i) {
         std::fill(o.begin(), o.end(), 0.0);
@@ -280,7 +283,7 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
         require_float_range(fn, "output", o, in, head, start + i);
         for (std::size_t e = 0; e < d_v; ++e) out.o(head, start + i, e) = static_cast<float>(o[e]);
       }
-      // \f$ S_C = \mathrm{diag}(e^{G_C}) S_0 + \sum_j \mathrm{diag}(e^{G_C - G_j})\, k_j u_j^\top \f$, the next chunk's S_0
+      // S_C = diag(e^{G_C}) S_0 + sum_j diag(e^{G_C - G_j}) k_j u_j^T: the next chunk's S_0
       const double* G_C = &G[(len - 1) * d_k];
       for (std::size_t c = 0; c < d_k; ++c)
         for (std::size_t e = 0; e < d_v; ++e) {

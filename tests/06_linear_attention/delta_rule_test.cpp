@@ -272,7 +272,8 @@ Problem by_hand(const std::vector<std::vector<float>>& q, const std::vector<std:
 // not matter).
 TEST(Ch06DeltaRule, orthonormal_keys_are_retrieved_exactly) {
   const std::vector<std::vector<float>> e = {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}};
-  const std::vector<std::vector<float>> values = {{0.5f, -2, 3, 1}, {7, 0.25f, -1, 2}, {-3, 4, 0.125f, -6}, {1, 1, -1, 9}};
+  const std::vector<std::vector<float>> values = {
+      {0.5f, -2, 3, 1}, {7, 0.25f, -1, 2}, {-3, 4, 0.125f, -6}, {1, 1, -1, 9}};
   std::vector<std::vector<float>> q = e, k = e, v = values;
   for (std::size_t i = 0; i < 4; ++i) q.push_back(e[i]), k.push_back(e[(i + 1) % 4]), v.push_back({9, 9, 9, 9});
   const Problem p = by_hand(q, k, v, {1, 1, 1, 1, 0, 0, 0, 0});
@@ -446,7 +447,7 @@ TEST(Ch06DeltaRule, non_finite_input_and_zero_rows_name_the_parameter) {
   expect_both_reject(p, {"beta has a non-finite value"});
   p = valid_problem();
   p.gate.scalar = xt::zeros<float>({2, 6});
-  p.gate.scalar(0, 0) = -inf;  // alpha = 0 is a gate of -1e4 or so: e^{-1e4} is 0 in double
+  p.gate.scalar(0, 0) = -inf;  // alpha = 0: a finite log gate of -1e4 forgets as well (e^{-1e4} is 0 in double)
   expect_both_reject(p, {"gate.scalar has a non-finite value"});
   p = valid_problem();
   p.s0(1, 2, 3) = nan;
