@@ -30,7 +30,11 @@ namespace tvlab::ref {
 /// @ingroup ch06
 /// The recurrence above, token by token from `initial_state` (zeros when empty).
 /// Errors name the parameter: beta outside [0, 1], a positive log gate, both gates given, d_k of q
-/// and k that differ, shapes that do not agree, non-finite input.
+/// and k that differ, shapes that do not agree, non-finite input, a scale that is not positive, a
+/// zero q or k row to normalise. A state or output beyond float's range is an error too: the delta
+/// rule multiplies the state by \f$ I - \beta_t k_t k_t^\top \f$, whose eigenvalue along \f$ k_t \f$ is
+/// \f$ 1 - \beta_t \|k_t\|^2 \f$, so keys with \f$ \beta_t \|k_t\|^2 > 2 \f$ make it grow (the message
+/// says so; `cfg.l2_normalize_qk` keeps it bounded).
 /// @param q `[h, T, d_k]`
 /// @param k `[h, T, d_k]`
 /// @param v `[h, T, d_v]`
@@ -56,7 +60,8 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
 /// Gates enter only as differences \f$ e^{G_i - G_j} \f$ with \f$ j \le i \f$ (never as \f$ e^{G_i} e^{-G_j} \f$,
 /// which overflows for long chunks and strong decay). C = 1 is the recurrence. Without the delta
 /// rule the solve is the identity.
-/// @param chunk_size C >= 1; the last chunk may be shorter
+/// Errors as `delta_rule_recurrent`'s, and a chunk_size of 0.
+/// @param chunk_size C >= 1; the last chunk may be shorter, and C > T is one chunk
 DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
                                    const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, std::size_t chunk_size,
                                    const Tensor3& initial_state = Tensor3::from_shape({0, 0, 0}));
