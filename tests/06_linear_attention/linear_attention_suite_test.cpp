@@ -145,9 +145,10 @@ TEST_P(Causal, three_forms_match_the_double_oracle) {
   const LinearAttentionConfig cfg = config_of(c);
   const DTensor3 expected = oracle(in.q, in.k, in.v, cfg, /*causal=*/true);
   const Tolerance tol = tolerance(expected, c.n * c.d);
-  if (backend.causal_parallel)
+  if (backend.causal_parallel) {
     EXPECT_TRUE(matches(backend.causal_parallel(in.q, in.k, in.v, cfg), expected, tol,
                         context(std::string("causal_parallel, ") + c.label, backend, seed)));
+  }
   if (backend.causal_recurrent) {
     LinearAttentionState state(c.h, c.d, c.d_v);
     EXPECT_TRUE(matches(backend.causal_recurrent(in.q, in.k, in.v, cfg, state), expected, tol,
@@ -238,9 +239,10 @@ TEST_P(Errors, bad_input_names_the_parameter_and_leaves_the_state) {
     nan_v(1, 2, 0) = std::nanf("");
     EXPECT_TRUE(throws_error_naming([&] { backend.linear_attention(q, k, nan_v, {}); }, {"linear_attention", "v", "non-finite"}));
   }
-  if (backend.causal_parallel)
+  if (backend.causal_parallel) {
     EXPECT_TRUE(throws_error_naming([&] { backend.causal_parallel(q, rng.normal_tensor(2, 6, 4), rng.normal_tensor(2, 6, 3), {}); },
                                     {"causal_linear_attention_parallel", "k", "seq"}));
+  }
   if (backend.causal_chunked) {
     LinearAttentionState state(2, 4, 3);
     backend.causal_chunked(q, k, v, {}, 2, state);
