@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/opt/linear_attention.hpp"
 #include "tvlab/ref/linear_attention.hpp"
 
 namespace tvlab::linear {
@@ -14,6 +15,12 @@ const std::vector<Backend>& backends() {
        .causal_parallel = ref::causal_linear_attention_parallel,
        .causal_recurrent = ref::causal_linear_attention_recurrent,
        .causal_chunked = ref::causal_linear_attention_chunked},
+      {.name = "opt",
+       .kind = BackendKind::optimized,
+       .linear_attention = opt::linear_attention,
+       .causal_parallel = opt::causal_linear_attention_parallel,
+       .causal_recurrent = opt::causal_linear_attention_recurrent,
+       .causal_chunked = opt::causal_linear_attention_chunked},
   };
   return all;
 }

@@ -229,4 +229,16 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
   return o;
 }
 
+void validate_linear_attention_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                      const LinearAttentionConfig& cfg, bool same_length) {
+  validate_inputs(fn, q, k, v, cfg, same_length);
+}
+
+void validate_linear_attention_state(const char* fn, const LinearAttentionState& state, const Tensor3& q,
+                                     const Tensor3& v) {
+  validate_state(fn, state, q, v);
+}
+
+void require_known_feature_map(const char* fn, FeatureMap map) { require_known_map(fn, map); }
+
 }  // namespace tvlab::ref

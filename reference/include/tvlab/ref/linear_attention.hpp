@@ -74,4 +74,21 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
                                         const LinearAttentionConfig& cfg, std::size_t chunk_size,
                                         LinearAttentionState& state);
 
+/// @ingroup ch06
+/// The checks every form of this chapter makes, for the optimized versions to make the same ones:
+/// q, k, v non-empty and finite, of one head count, q and k of one width, k and v of one length
+/// (and q and k of one length when `same_length`, the causal forms); `cfg.feature_map` a
+/// `FeatureMap` and `cfg.scale` positive and finite. Throws `tvlab::Error` naming `fn` and the parameter.
+void validate_linear_attention_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                      const LinearAttentionConfig& cfg, bool same_length);
+
+/// @ingroup ch06
+/// `state` fits q `[h, n, m]` and v `[h, n, d_v]` (s `[h, m, d_v]`, z `[h, m]`) and is finite.
+void validate_linear_attention_state(const char* fn, const LinearAttentionState& state, const Tensor3& q,
+                                     const Tensor3& v);
+
+/// @ingroup ch06
+/// `map` is a `FeatureMap` (elu_plus_one, relu or identity); throws naming `cfg.feature_map` otherwise.
+void require_known_feature_map(const char* fn, FeatureMap map);
+
 }  // namespace tvlab::ref
