@@ -160,7 +160,12 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
                                           const LinearAttentionConfig& cfg, LinearAttentionState& state) {
   const char* fn = "causal_linear_attention_recurrent";
   ref::validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/true);
-  ref::validate_linear_attention_state(fn, state, q, v);
+  // The reference's checks of the state, less the pass over S: every entry of S feeds an output
+  // (o_e sums phi(q)_c S_ce over c, and inf or NaN stays non-finite in a sum and a product), so a
+  // non-finite S shows in the outputs, checked anyway; the full check runs then, to name it. A
+  // decode step reads S once instead of twice.
+  ref::validate_linear_attention_state_shape(fn, state, q, v);
+  require_finite_max_abs(fn, "state.z", state.z);
   const std::size_t h = q.shape()[0], n = q.shape()[1], m = q.shape()[2], d_v = v.shape()[2];
   const auto scale = static_cast<float>(cfg.scale);
   Tensor3 o = Tensor3::from_shape({h, n, d_v});
@@ -218,6 +223,8 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
       normalise_rows(o_t, &denominator, 1, d_v, cfg.normalize, t, bad[head]);
     }
   }
+  if (std::any_of(bad.begin(), bad.end(), [](const BadRow& b) { return b.found; }))
+    ref::validate_linear_attention_state(fn, state, q, v);  // throws when the state was the cause
   report_bad_rows(fn, cfg, bad);
   if (one_token) {
     // Every output is good: S += phi(k) v^T and z += phi(k) in place.

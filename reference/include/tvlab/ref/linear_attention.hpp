@@ -88,6 +88,12 @@ void validate_linear_attention_state(const char* fn, const LinearAttentionState&
                                      const Tensor3& v);
 
 /// @ingroup ch06
+/// The shapes alone of `validate_linear_attention_state`, for a caller that finds a non-finite
+/// state otherwise (a decode step, whose outputs show any non-finite value of the S it reads).
+void validate_linear_attention_state_shape(const char* fn, const LinearAttentionState& state, const Tensor3& q,
+                                           const Tensor3& v);
+
+/// @ingroup ch06
 /// `map` is a `FeatureMap` (elu_plus_one, relu or identity); throws naming `cfg.feature_map` otherwise.
 void require_known_feature_map(const char* fn, FeatureMap map);
 
