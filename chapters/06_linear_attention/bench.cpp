@@ -6,16 +6,18 @@
 // - linear_ref_recurrent: the reference (double loops), up to T = 1024;
 // - linear_opt_recurrent: the recurrence, token by token (SIMD rank-1 updates);
 // - linear_opt_parallel: the masked quadratic form on SGEMMs, up to T = 4096;
-// - linear_opt_chunked: chunks of C = 32, 64, 128 on SGEMMs;
-// - flash_opt_causal: `opt::flash_attention_forward`, mask causal.
+// - linear_opt_chunked: chunks of C = 16, 32, 64, 128 on SGEMMs (also at T = 64 and 128);
+// - flash_opt_causal: `opt::flash_attention_forward`, mask causal (also at T = 64 and 128);
+// - linear_opt_identity_unnormalised: the recurrence (C = 0) and chunks of 64 with the identity
+//   map, unnormalised, whose terms cancel: the float state's error at its largest.
 //
 // Then one generated token (decode) after a context of 1K, 8K and 32K positions: linear
 // attention's step reads a state of fixed size, m (d_v + 1) floats per head, whatever the
 // context; softmax attention's step (chapter 05's `opt::gqa_decode_attention`, g = h = 8) reads a
 // KV cache that grows with it.
 //
-// Every result is validated against the reference before it is timed, and `max_err` reports the
-// largest |opt - ref| found (the float state's cost over T positions).
+// Every result is validated against the reference before it is timed; `max_err` reports the
+// largest |opt - ref| found and `rel_err` that over max|ref| (the float state's cost over T positions).
 //
 //   build/default/chapters/bench_06_linear_attention --benchmark_counters_tabular=true
 
@@ -23,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "../common/bench_attention.hpp"
@@ -76,19 +79,34 @@ double flash_flops(std::size_t n, std::size_t d) { return 2.0 * static_cast<doub
 // together hold about 0.6 GB).
 struct Prefill {
   std::size_t n = 0, d = 0;
+  LinearAttentionConfig cfg;
   Tensor3 q, k, v;
   Tensor3 expected;  // ref::causal_linear_attention_recurrent from an empty state
 };
-const Prefill& prefill_for(std::size_t n, std::size_t d) {
-  static std::map<std::pair<std::size_t, std::size_t>, Prefill> shapes;
-  Prefill& held = shapes[{n, d}];
+
+// The chapter's case, elu+1 features and normalised outputs (weighted averages of the values);
+// or the identity map unnormalised, o_i = sum_{j <= i} (q_i . k_j) v_j, whose terms have both
+// signs and cancel: the float state's error is then largest relative to the output.
+LinearAttentionConfig config_of(bool identity_unnormalised) {
+  LinearAttentionConfig cfg;
+  if (identity_unnormalised) {
+    cfg.feature_map = FeatureMap::identity;
+    cfg.normalize = false;
+  }
+  return cfg;
+}
+
+const Prefill& prefill_for(std::size_t n, std::size_t d, bool identity_unnormalised = false) {
+  static std::map<std::tuple<std::size_t, std::size_t, bool>, Prefill> shapes;
+  Prefill& held = shapes[{n, d, identity_unnormalised}];
   if (held.n == n && held.d == d) return held;
   Rng rng(606 + n + d);
+  held.cfg = config_of(identity_unnormalised);
   held.q = rng.normal_tensor(kHeads, n, d);
   held.k = rng.normal_tensor(kHeads, n, d);
   held.v = rng.normal_tensor(kHeads, n, d);
   LinearAttentionState empty(kHeads, d, d);
-  held.expected = ref::causal_linear_attention_recurrent(held.q, held.k, held.v, {}, empty);
+  held.expected = ref::causal_linear_attention_recurrent(held.q, held.k, held.v, held.cfg, empty);
   held.n = n;
   held.d = d;
   return held;
@@ -102,11 +120,13 @@ Tolerance linear_tolerance(const Tensor3& expected, std::size_t terms) {
   return {rtol * std::max(1.0, static_cast<double>(xt::amax(xt::abs(expected))())) + 1e-7, rtol};
 }
 
-// Validates `got` against the shape's reference and reports the largest difference as `max_err`.
+// Validates `got` against the shape's reference and reports the largest difference as `max_err`,
+// and that difference over max|ref| as `rel_err` (the suites' tolerance allows reduction_rtol(T d)).
 bool validate_prefill(benchmark::State& state, const Tensor3& got, const Prefill& in) {
-  if (!validate(state, got, in.expected, linear_tolerance(in.expected, in.n * in.d))) return false;
-  state.counters["max_err"] = static_cast<double>(xt::amax(xt::abs(got - in.expected))());
-  return true;
+  const double max_err = static_cast<double>(xt::amax(xt::abs(got - in.expected))());
+  state.counters["max_err"] = max_err;
+  state.counters["rel_err"] = max_err / static_cast<double>(xt::amax(xt::abs(in.expected))());
+  return validate(state, got, in.expected, linear_tolerance(in.expected, in.n * in.d));
 }
 
 LinearAttentionState empty_state(std::size_t d) { return LinearAttentionState(kHeads, d, d); }
@@ -137,6 +157,21 @@ void linear_chunked(benchmark::State& state) {
   if (!validate_prefill(state, run(), in)) return;
   for (auto _ : state) benchmark::DoNotOptimize(run());
   state.counters["GFLOP/s"] = gflops(chunked_flops(n, d, chunk));
+}
+
+// args: T, d, C (0: the recurrence). The identity map unnormalised, for its error (`rel_err`).
+void linear_identity_unnormalised(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const auto chunk = static_cast<std::size_t>(state.range(2));
+  const Prefill& in = prefill_for(n, d, /*identity_unnormalised=*/true);
+  auto run = [&] {
+    LinearAttentionState s = empty_state(d);
+    return chunk == 0 ? opt::causal_linear_attention_recurrent(in.q, in.k, in.v, in.cfg, s)
+                      : opt::causal_linear_attention_chunked(in.q, in.k, in.v, in.cfg, chunk, s);
+  };
+  if (!validate_prefill(state, run(), in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(chunk == 0 ? recurrent_flops(n, d) : chunked_flops(n, d, chunk));
 }
 
 // args: T, d.
@@ -248,6 +283,8 @@ void decode_softmax(benchmark::State& state) {
 void register_benchmarks() {
   add_openblas_sgemm({1024});
   const std::vector<std::int64_t> lengths{256, 1024, 4096, 16384}, dims{64, 128};
+  // Shorter ones too for the chunked form and flash attention, to find where their times cross.
+  const std::vector<std::int64_t> all_lengths{64, 128, 256, 1024, 4096, 16384};
   add_benchmark("linear_ref_recurrent", [](benchmark::State& s) { linear_recurrent(s, false); },
                 [](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024}, {64, 128}}); });
   add_benchmark("linear_opt_recurrent", [](benchmark::State& s) { linear_recurrent(s, true); },
@@ -255,8 +292,11 @@ void register_benchmarks() {
   add_benchmark("linear_opt_parallel", linear_parallel,
                 [](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024, 4096}, {64, 128}}); });
   add_benchmark("linear_opt_chunked", linear_chunked,
-                [&](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({lengths, dims, {32, 64, 128}}); });
-  add_benchmark("flash_opt_causal", flash_causal, [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({lengths, dims}); });
+                [&](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({all_lengths, dims, {16, 32, 64, 128}}); });
+  add_benchmark("flash_opt_causal", flash_causal,
+                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({all_lengths, dims}); });
+  add_benchmark("linear_opt_identity_unnormalised", linear_identity_unnormalised,
+                [](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({{1024, 16384}, {64}, {0, 64}}); });
   const std::vector<std::int64_t> contexts{1024, 8192, 32768};
   add_benchmark("decode_linear_opt_recurrent", decode_linear, [&](Benchmark* b) {
     b->ArgNames({"L", "d"})->ArgsProduct({contexts, dims})->Unit(benchmark::kMicrosecond);
