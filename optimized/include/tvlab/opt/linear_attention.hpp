@@ -92,7 +92,7 @@ Tensor3 causal_linear_attention_parallel(const Tensor3& q, const Tensor3& k, con
 /// S and z are float (see the file's note on accuracy). The intra-chunk work, \f$ 2 n C (m + d_v) \f$,
 /// grows with C and the inter-chunk work, \f$ 4 n m d_v \f$, does not, while OpenBLAS stays
 /// efficient on products as small as 16 x 16: on the chapter's benchmark CPU (2 cores, AVX-512)
-/// C = 16 to 32 is the fastest and C = 128 up to 40% slower (flash-linear-attention's chunked
+/// C = 16 to 32 is the fastest and C = 128 20-80% slower (flash-linear-attention's chunked
 /// form, written for GPUs, defaults to C = 64). Same contract as `ref::causal_linear_attention_chunked`; the
 /// state is updated only when every output is good.
 /// @param chunk_size C >= 1
