@@ -59,13 +59,13 @@ Tensor3 linear_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, c
 
 /// @ingroup ch06
 /// Causal linear attention token by token (threads over heads): per token,
-/// \f$ S \mathrel{+}= \phi(k_t) v_t^\top \f$ and \f$ o_t = \text{scale}\,\phi(q_t)^\top S \f$ in one pass over
-/// the rows of S (SIMD axpys), \f$ z \mathrel{+}= \phi(k_t) \f$ and the normaliser
-/// \f$ \text{scale}\,\phi(q_t)^\top z \f$. One token (a decode step) updates `state` in place, after
-/// its outputs are computed and checked from the state before it,
-/// \f$ o = \phi(q)^\top S_{t-1} + (\phi(q)^\top\phi(k))\, v \f$ (the same sum, regrouped); longer
-/// inputs work on a copy of the state, committed when every output is good. Same contract as
-/// `ref::causal_linear_attention_recurrent`.
+/// \f$ S \mathrel{+}= \phi(k_t) v_t^\top \f$ (an axpy per row of S) and \f$ z \mathrel{+}= \phi(k_t) \f$, then
+/// \f$ o_t = \text{scale}\,S^\top \phi(q_t) \f$, its partial sums held in registers across the rows
+/// of S, and the normaliser \f$ \text{scale}\,\phi(q_t)^\top z \f$. One token (a decode step) reads
+/// the state before it writes it, \f$ o = \phi(q)^\top S_{t-1} + (\phi(q)^\top\phi(k))\, v \f$ (the
+/// same sum, regrouped), checks every output, then updates `state` in place, all in one parallel
+/// region with one thread per 256 KiB of state; longer inputs work on a copy of the state,
+/// committed when every output is good. Same contract as `ref::causal_linear_attention_recurrent`.
 Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                           const LinearAttentionConfig& cfg, LinearAttentionState& state);
 
