@@ -170,7 +170,7 @@ int head_threads(std::size_t heads) {
 Tensor3 feature_map(const Tensor3& x, FeatureMap map) {
   const char* fn = "feature_map";
   ref::require_known_feature_map(fn, map);
-  require_finite(fn, "x", x);
+  require_finite_max_abs(fn, "x", x);
   Tensor3 y = Tensor3::from_shape(x.shape());
   // phi applied to every element (the three maps are elementwise), in slices of 4096 per thread
   constexpr std::size_t kSlice = 4096;
