@@ -307,7 +307,7 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
   // (o_e sums phi(q)_c S_ce over c, and inf or NaN stays non-finite in a sum and a product), so a
   // non-finite S shows in the outputs, checked anyway; the full check runs then, to name it. A
   // decode step reads S once instead of twice.
-  ref::validate_linear_attention_state_shape(fn, state, q, v);
+  ref::validate_linear_attention_state_shape(fn, state, q.shape()[0], q.shape()[2], v.shape()[2]);
   require_finite_max_abs(fn, "state.z", state.z);
   const std::size_t h = q.shape()[0], n = q.shape()[1], d_v = v.shape()[2];
   Tensor3 o = Tensor3::from_shape({h, n, d_v});

@@ -25,41 +25,6 @@ void require_known_map(const char* fn, FeatureMap map) {
           ") is not a FeatureMap: elu_plus_one, relu or identity");
 }
 
-// The checks every form shares: q, k, v non-empty and finite, of one head count, q and k of one
-// width, k and v of one length; the scale positive and finite.
-void validate_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                     const LinearAttentionConfig& cfg, bool same_length) {
-  require_nonempty(fn, "q", q);
-  require_nonempty(fn, "k", k);
-  require_nonempty(fn, "v", v);
-  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
-  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
-  require_dim(fn, "k", k, 2, "d_k", q.shape()[2], "the d_k of q");
-  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
-  if (same_length) require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: a causal form pairs position i of both");
-  // one vectorised pass each (the element-by-element search only when a value is bad)
-  require_finite_max_abs(fn, "q", q);
-  require_finite_max_abs(fn, "k", k);
-  require_finite_max_abs(fn, "v", v);
-  require_known_map(fn, cfg.feature_map);
-  require(std::isfinite(cfg.scale) && cfg.scale > 0.0, fn, "cfg.scale (", cfg.scale, ") must be positive and finite");
-}
-
-void validate_state_shape(const char* fn, const LinearAttentionState& state, const Tensor3& q, const Tensor3& v) {
-  const std::size_t h = q.shape()[0], m = q.shape()[2], d_v = v.shape()[2];
-  require_dim(fn, "state.s", state.s, 0, "heads", h, "the heads of q");
-  require_dim(fn, "state.s", state.s, 1, "features", m, "the d_k of q");
-  require_dim(fn, "state.s", state.s, 2, "d_v", d_v, "the d_v of v");
-  require_dim(fn, "state.z", state.z, 0, "heads", h, "the heads of q");
-  require_dim(fn, "state.z", state.z, 1, "features", m, "the d_k of q");
-}
-
-void validate_state(const char* fn, const LinearAttentionState& state, const Tensor3& q, const Tensor3& v) {
-  validate_state_shape(fn, state, q, v);
-  require_finite_max_abs(fn, "state.s", state.s);
-  require_finite_max_abs(fn, "state.z", state.z);
-}
-
 // The output row o = numerator / denominator (or the numerator alone), checking the normaliser:
 // zero when phi(q) and every phi(k) so far share no positive coordinate (ReLU features).
 void write_row(const char* fn, const LinearAttentionConfig& cfg, const std::vector<double>& numerator,
@@ -78,6 +43,32 @@ void write_row(const char* fn, const LinearAttentionConfig& cfg, const std::vect
 
 }  // namespace
 
+// The checks every form shares: q, k, v non-empty and finite, of one head count, q and k of one
+// width, k and v of one length; the scale positive and finite.
+void validate_linear_attention_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                     const LinearAttentionConfig& cfg, bool same_length) {
+  require_nonempty(fn, "q", q);
+  require_nonempty(fn, "k", k);
+  require_nonempty(fn, "v", v);
+  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "k", k, 2, "d_k", q.shape()[2], "the d_k of q");
+  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
+  if (same_length) require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: a causal form pairs position i of both");
+  require_finite_max_abs(fn, "q", q);  // one vectorised pass each (element by element only for the error)
+  require_finite_max_abs(fn, "k", k);
+  require_finite_max_abs(fn, "v", v);
+  require_known_map(fn, cfg.feature_map);
+  require(std::isfinite(cfg.scale) && cfg.scale > 0.0, fn, "cfg.scale (", cfg.scale, ") must be positive and finite");
+}
+
+void validate_linear_attention_state(const char* fn, const LinearAttentionState& state, const Tensor3& q, const Tensor3& v) {
+  const std::size_t h = q.shape()[0], m = q.shape()[2], d_v = v.shape()[2];
+  validate_linear_attention_state_shape(fn, state, h, m, d_v);
+  require_finite_max_abs(fn, "state.s", state.s);
+  require_finite_max_abs(fn, "state.z", state.z);
+}
+
 Tensor3 feature_map(const Tensor3& x, FeatureMap map) {
   const char* fn = "feature_map";
   require_known_map(fn, map);
@@ -90,7 +81,7 @@ Tensor3 feature_map(const Tensor3& x, FeatureMap map) {
 
 Tensor3 linear_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, const LinearAttentionConfig& cfg) {
   const char* fn = "linear_attention";
-  validate_inputs(fn, q, k, v, cfg, /*same_length=*/false);
+  validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/false);
   const std::size_t h = q.shape()[0], n_q = q.shape()[1], n_k = k.shape()[1], m = q.shape()[2], d_v = v.shape()[2];
   Tensor3 o = Tensor3::from_shape({h, n_q, d_v});
   for (std::size_t head = 0; head < h; ++head) {
@@ -120,8 +111,8 @@ Tensor3 linear_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, c
 Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                           const LinearAttentionConfig& cfg, LinearAttentionState& state) {
   const char* fn = "causal_linear_attention_recurrent";
-  validate_inputs(fn, q, k, v, cfg, /*same_length=*/true);
-  validate_state(fn, state, q, v);
+  validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/true);
+  validate_linear_attention_state(fn, state, q, v);
   const std::size_t h = q.shape()[0], n = q.shape()[1], m = q.shape()[2], d_v = v.shape()[2];
   Tensor3 o = Tensor3::from_shape({h, n, d_v});
   LinearAttentionState next = state;  // committed only when every row succeeded
@@ -160,7 +151,7 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
 Tensor3 causal_linear_attention_parallel(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                          const LinearAttentionConfig& cfg) {
   const char* fn = "causal_linear_attention_parallel";
-  validate_inputs(fn, q, k, v, cfg, /*same_length=*/true);
+  validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/true);
   const std::size_t h = q.shape()[0], n = q.shape()[1], m = q.shape()[2], d_v = v.shape()[2];
   Tensor3 o = Tensor3::from_shape({h, n, d_v});
   for (std::size_t head = 0; head < h; ++head)
@@ -184,8 +175,8 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
                                         const LinearAttentionConfig& cfg, std::size_t chunk_size,
                                         LinearAttentionState& state) {
   const char* fn = "causal_linear_attention_chunked";
-  validate_inputs(fn, q, k, v, cfg, /*same_length=*/true);
-  validate_state(fn, state, q, v);
+  validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/true);
+  validate_linear_attention_state(fn, state, q, v);
   require(chunk_size >= 1, fn, "chunk_size (", chunk_size, ") must be at least 1");
   const std::size_t h = q.shape()[0], n = q.shape()[1], m = q.shape()[2], d_v = v.shape()[2];
   Tensor3 o = Tensor3::from_shape({h, n, d_v});
@@ -234,19 +225,13 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
   return o;
 }
 
-void validate_linear_attention_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
-                                      const LinearAttentionConfig& cfg, bool same_length) {
-  validate_inputs(fn, q, k, v, cfg, same_length);
-}
-
-void validate_linear_attention_state(const char* fn, const LinearAttentionState& state, const Tensor3& q,
-                                     const Tensor3& v) {
-  validate_state(fn, state, q, v);
-}
-
-void validate_linear_attention_state_shape(const char* fn, const LinearAttentionState& state, const Tensor3& q,
-                                           const Tensor3& v) {
-  validate_state_shape(fn, state, q, v);
+void validate_linear_attention_state_shape(const char* fn, const LinearAttentionState& state, std::size_t h,
+                                           std::size_t m, std::size_t d_v) {
+  require_dim(fn, "state.s", state.s, 0, "heads", h, "the heads of q");
+  require_dim(fn, "state.s", state.s, 1, "features", m, "the d_k of q");
+  require_dim(fn, "state.s", state.s, 2, "d_v", d_v, "the d_v of v");
+  require_dim(fn, "state.z", state.z, 0, "heads", h, "the heads of q");
+  require_dim(fn, "state.z", state.z, 1, "features", m, "the d_k of q");
 }
 
 void require_known_feature_map(const char* fn, FeatureMap map) { require_known_map(fn, map); }

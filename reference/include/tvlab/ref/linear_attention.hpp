@@ -25,6 +25,10 @@ namespace tvlab::ref {
 Tensor3 feature_map(const Tensor3& x, FeatureMap map);
 
 /// @ingroup ch06
+/// `map` is a `FeatureMap` (elu_plus_one, relu or identity); throws naming `cfg.feature_map` otherwise.
+void require_known_feature_map(const char* function, FeatureMap map);
+
+/// @ingroup ch06
 /// Non-causal linear attention, every query over every key (the documents' form, 000 L103-L107):
 /// \f$ o_i = \text{scale}\,\phi(q_i)^\top S / (\text{scale}\,\phi(q_i)^\top z) \f$ with
 /// \f$ S = \sum_j \phi(k_j) v_j^\top \f$, \f$ z = \sum_j \phi(k_j) \f$, or the numerator alone when
@@ -55,6 +59,13 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
                                           const LinearAttentionConfig& cfg, LinearAttentionState& state);
 
 /// @ingroup ch06
+/// The shapes alone of `validate_linear_attention_state`: s `[heads, features, value_dim]` and z
+/// `[heads, features]` (the heads and d_k of q, the d_v of v), for a caller that finds a non-finite
+/// state otherwise: a decode step, whose outputs show any non-finite value of the S it reads.
+void validate_linear_attention_state_shape(const char* function, const LinearAttentionState& state,
+                                           std::size_t heads, std::size_t features, std::size_t value_dim);
+
+/// @ingroup ch06
 /// Causal linear attention in its parallel (masked, quadratic) form, from an empty state:
 /// \f$ A = \phi(Q)\phi(K)^\top \odot M \f$ with \f$ M_{ij} = [j \le i] \f$, \f$ o_i = (AV)_i / (A\mathbf 1)_i \f$
 /// (the numerator alone unnormalised). \f$ O(n^2 d) \f$: the form training uses on short sequences,
@@ -74,27 +85,16 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
                                         const LinearAttentionConfig& cfg, std::size_t chunk_size,
                                         LinearAttentionState& state);
 
-/// @ingroup ch06
-/// The checks every form of this chapter makes, for the optimized versions to make the same ones:
-/// q, k, v non-empty and finite, of one head count, q and k of one width, k and v of one length
-/// (and q and k of one length when `same_length`, the causal forms); `cfg.feature_map` a
-/// `FeatureMap` and `cfg.scale` positive and finite. Throws `tvlab::Error` naming `fn` and the parameter.
-void validate_linear_attention_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+/// Checks the inputs every backend's linear attention takes, for `function`: q, k, v non-empty and
+/// finite, of one head count, q and k of one width d_k, k and v of one length (and q of that length
+/// too when `same_length`, as the causal forms pair position i of each); the feature map known and
+/// the scale positive. Throws `tvlab::Error` naming the parameter.
+void validate_linear_attention_inputs(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                       const LinearAttentionConfig& cfg, bool same_length);
 
-/// @ingroup ch06
-/// `state` fits q `[h, n, m]` and v `[h, n, d_v]` (s `[h, m, d_v]`, z `[h, m]`) and is finite.
-void validate_linear_attention_state(const char* fn, const LinearAttentionState& state, const Tensor3& q,
+/// Checks that `state` fits q and v (`[h, d_k, d_v]` and `[h, d_k]`, finite), naming `state.s` or
+/// `state.z`.
+void validate_linear_attention_state(const char* function, const LinearAttentionState& state, const Tensor3& q,
                                      const Tensor3& v);
-
-/// @ingroup ch06
-/// The shapes alone of `validate_linear_attention_state`, for a caller that finds a non-finite
-/// state otherwise (a decode step, whose outputs show any non-finite value of the S it reads).
-void validate_linear_attention_state_shape(const char* fn, const LinearAttentionState& state, const Tensor3& q,
-                                           const Tensor3& v);
-
-/// @ingroup ch06
-/// `map` is a `FeatureMap` (elu_plus_one, relu or identity); throws naming `cfg.feature_map` otherwise.
-void require_known_feature_map(const char* fn, FeatureMap map);
 
 }  // namespace tvlab::ref
