@@ -1,12 +1,13 @@
 #include "backends.hpp"
 
+#include "tvlab/opt/linear_attention.hpp"
 #include "tvlab/ref/linear_attention.hpp"
 #include "tvlab/student/linear_attention.hpp"
 
 namespace tvlab::linear {
 
 // Every implementation, in the order the lesson reads them: the reference (plain loops, double
-// accumulation), then the student's (the exercises).
+// accumulation), the optimized CPU versions, then the student's (the exercises).
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
       {.name = "ref",
@@ -15,6 +16,12 @@ const std::vector<Backend>& backends() {
        .causal_parallel = ref::causal_linear_attention_parallel,
        .causal_recurrent = ref::causal_linear_attention_recurrent,
        .causal_chunked = ref::causal_linear_attention_chunked},
+      {.name = "opt",
+       .kind = BackendKind::optimized,
+       .linear_attention = opt::linear_attention,
+       .causal_parallel = opt::causal_linear_attention_parallel,
+       .causal_recurrent = opt::causal_linear_attention_recurrent,
+       .causal_chunked = opt::causal_linear_attention_chunked},
       // Exercise 06.1, the causal recurrence with its normaliser.
       {.name = "student", .kind = BackendKind::student, .causal_recurrent = student::causal_linear_attention_recurrent},
   };

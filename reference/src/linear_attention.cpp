@@ -55,22 +55,18 @@ void validate_linear_attention_inputs(const char* fn, const Tensor3& q, const Te
   require_dim(fn, "k", k, 2, "d_k", q.shape()[2], "the d_k of q");
   require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
   if (same_length) require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: a causal form pairs position i of both");
-  require_finite(fn, "q", q);
-  require_finite(fn, "k", k);
-  require_finite(fn, "v", v);
+  require_finite_max_abs(fn, "q", q);  // one vectorised pass each (element by element only for the error)
+  require_finite_max_abs(fn, "k", k);
+  require_finite_max_abs(fn, "v", v);
   require_known_map(fn, cfg.feature_map);
   require(std::isfinite(cfg.scale) && cfg.scale > 0.0, fn, "cfg.scale (", cfg.scale, ") must be positive and finite");
 }
 
 void validate_linear_attention_state(const char* fn, const LinearAttentionState& state, const Tensor3& q, const Tensor3& v) {
   const std::size_t h = q.shape()[0], m = q.shape()[2], d_v = v.shape()[2];
-  require_dim(fn, "state.s", state.s, 0, "heads", h, "the heads of q");
-  require_dim(fn, "state.s", state.s, 1, "features", m, "the d_k of q");
-  require_dim(fn, "state.s", state.s, 2, "d_v", d_v, "the d_v of v");
-  require_dim(fn, "state.z", state.z, 0, "heads", h, "the heads of q");
-  require_dim(fn, "state.z", state.z, 1, "features", m, "the d_k of q");
-  require_finite(fn, "state.s", state.s);
-  require_finite(fn, "state.z", state.z);
+  validate_linear_attention_state_shape(fn, state, h, m, d_v);
+  require_finite_max_abs(fn, "state.s", state.s);
+  require_finite_max_abs(fn, "state.z", state.z);
 }
 
 Tensor3 feature_map(const Tensor3& x, FeatureMap map) {
@@ -228,5 +224,16 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
   state = next;
   return o;
 }
+
+void validate_linear_attention_state_shape(const char* fn, const LinearAttentionState& state, std::size_t h,
+                                           std::size_t m, std::size_t d_v) {
+  require_dim(fn, "state.s", state.s, 0, "heads", h, "the heads of q");
+  require_dim(fn, "state.s", state.s, 1, "features", m, "the d_k of q");
+  require_dim(fn, "state.s", state.s, 2, "d_v", d_v, "the d_v of v");
+  require_dim(fn, "state.z", state.z, 0, "heads", h, "the heads of q");
+  require_dim(fn, "state.z", state.z, 1, "features", m, "the d_k of q");
+}
+
+void require_known_feature_map(const char* fn, FeatureMap map) { require_known_map(fn, map); }
 
 }  // namespace tvlab::ref

@@ -25,6 +25,10 @@ namespace tvlab::ref {
 Tensor3 feature_map(const Tensor3& x, FeatureMap map);
 
 /// @ingroup ch06
+/// `map` is a `FeatureMap` (elu_plus_one, relu or identity); throws naming `cfg.feature_map` otherwise.
+void require_known_feature_map(const char* function, FeatureMap map);
+
+/// @ingroup ch06
 /// Non-causal linear attention, every query over every key (the documents' form, 000 L103-L107):
 /// \f$ o_i = \text{scale}\,\phi(q_i)^\top S / (\text{scale}\,\phi(q_i)^\top z) \f$ with
 /// \f$ S = \sum_j \phi(k_j) v_j^\top \f$, \f$ z = \sum_j \phi(k_j) \f$, or the numerator alone when
@@ -53,6 +57,13 @@ Tensor3 linear_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, c
 /// @return `[h, n, d_v]`
 Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                           const LinearAttentionConfig& cfg, LinearAttentionState& state);
+
+/// @ingroup ch06
+/// The shapes alone of `validate_linear_attention_state`: s `[heads, features, value_dim]` and z
+/// `[heads, features]` (the heads and d_k of q, the d_v of v), for a caller that finds a non-finite
+/// state otherwise: a decode step, whose outputs show any non-finite value of the S it reads.
+void validate_linear_attention_state_shape(const char* function, const LinearAttentionState& state,
+                                           std::size_t heads, std::size_t features, std::size_t value_dim);
 
 /// @ingroup ch06
 /// Causal linear attention in its parallel (masked, quadratic) form, from an empty state:

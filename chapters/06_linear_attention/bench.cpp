@@ -1,0 +1,311 @@
+// Chapter 06's benchmarks: causal linear attention (elu+1 features, normalised, 8 heads, d = d_v =
+// 64 and 128) over T = 256 to 16384 positions, against chapter 04's flash attention (causal) on
+// the same q, k, v, and OpenBLAS SGEMM measured in the same run. Linear attention's work grows as
+// T, softmax attention's as T^2: the times cross at some length, which these figures find.
+//
+// - linear_ref_recurrent: the reference (double loops), up to T = 1024;
+// - linear_opt_recurrent: the recurrence, token by token (SIMD rank-1 updates);
+// - linear_opt_parallel: the masked quadratic form on SGEMMs, up to T = 4096;
+// - linear_opt_chunked: chunks of C = 16, 32, 64, 128 on SGEMMs (also at T = 64 and 128);
+// - flash_opt_causal: `opt::flash_attention_forward`, mask causal (also at T = 64 and 128);
+// - linear_opt_identity_unnormalised: the recurrence (C = 0) and chunks of 64 with the identity
+//   map, unnormalised, whose terms cancel: the float state's error at its largest.
+//
+// Then one generated token (decode) after a context of 1K, 8K and 32K positions: linear
+// attention's step reads a state of fixed size, m (d_v + 1) floats per head, whatever the
+// context; softmax attention's step (chapter 05's `opt::gqa_decode_attention`, g = h = 8) reads a
+// KV cache that grows with it.
+//
+// Every result is validated against the reference before it is timed; `max_err` reports the
+// largest |opt - ref| found and `rel_err` that over max|ref| (the float state's cost over T positions).
+//
+//   build/default/chapters/bench_06_linear_attention --benchmark_counters_tabular=true
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "../common/bench_attention.hpp"
+#include "../common/bench_support.hpp"
+#include "tvlab/core/compare.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/core/xt.hpp"
+#include "tvlab/opt/flash_attention.hpp"
+#include "tvlab/opt/gqa_decode.hpp"
+#include "tvlab/opt/linear_attention.hpp"
+#include "tvlab/ref/flash_attention.hpp"
+#include "tvlab/ref/gqa_decode.hpp"
+#include "tvlab/ref/linear_attention.hpp"
+
+namespace tvlab::bench {
+namespace {
+
+using Benchmark = benchmark::internal::Benchmark;
+constexpr std::size_t kHeads = 8;
+
+// ------------------------------------------------------------------ FLOP counts, per call
+//
+// Multiply-adds of the matrix products, 2 flops each; the feature map and the normaliser
+// (O(T m) per head, 1/d_v of the rest) are not counted. m = d_k = d_v = d.
+
+// Recurrent: per token and head, S += phi(k) v^T (m d_v multiply-adds) and o = phi(q)^T S (m d_v).
+double recurrent_flops(std::size_t n, std::size_t d) { return 4.0 * static_cast<double>(kHeads * n * d * d); }
+
+// Chunked, C dividing T: per chunk, phi(Q_c) phi(K_c)^T (C^2 m, the whole block as the SGEMM
+// computes it, masked half included) and A V_c (C^2 d_v): 2 T C (m + d_v) over the T/C chunks;
+// phi(Q_c) S (C m d_v) and S += phi(K_c)^T V_c (C m d_v): 4 T m d_v.
+double chunked_flops(std::size_t n, std::size_t d, std::size_t chunk) {
+  const double c = static_cast<double>(std::min(chunk, n));
+  return static_cast<double>(kHeads) * (2.0 * static_cast<double>(n) * c * 2.0 * static_cast<double>(d) +
+                                        4.0 * static_cast<double>(n * d * d));
+}
+
+// Parallel, in blocks of B = 64 rows: block b forms A against keys 0..(b+1)B, m and d_v
+// multiply-adds per entry: about T (T + B) (m + d_v) flops.
+double parallel_flops(std::size_t n, std::size_t d) {
+  return static_cast<double>(kHeads) * static_cast<double>(n) * static_cast<double>(n + 64) * 2.0 * static_cast<double>(d);
+}
+
+// Softmax attention, causal: chapter 04's count, 4 T^2 d per head, halved by the mask.
+double flash_flops(std::size_t n, std::size_t d) { return 2.0 * static_cast<double>(kHeads * n * n * d); }
+
+// ------------------------------------------------------------------ inputs and the reference
+
+// q, k, v ~ N(0, 1) [8, T, d] and the reference's causal output, kept for every shape (the
+// reference takes seconds at T = 16384, so every benchmark of a shape shares it; all of them
+// together hold about 0.6 GB).
+struct Prefill {
+  std::size_t n = 0, d = 0;
+  LinearAttentionConfig cfg;
+  Tensor3 q, k, v;
+  Tensor3 expected;  // ref::causal_linear_attention_recurrent from an empty state
+};
+
+// The chapter's case, elu+1 features and normalised outputs (weighted averages of the values);
+// or the identity map unnormalised, o_i = sum_{j <= i} (q_i . k_j) v_j, whose terms have both
+// signs and cancel: the float state's error is then largest relative to the output.
+LinearAttentionConfig config_of(bool identity_unnormalised) {
+  LinearAttentionConfig cfg;
+  if (identity_unnormalised) {
+    cfg.feature_map = FeatureMap::identity;
+    cfg.normalize = false;
+  }
+  return cfg;
+}
+
+const Prefill& prefill_for(std::size_t n, std::size_t d, bool identity_unnormalised = false) {
+  static std::map<std::tuple<std::size_t, std::size_t, bool>, Prefill> shapes;
+  Prefill& held = shapes[{n, d, identity_unnormalised}];
+  if (held.n == n && held.d == d) return held;
+  Rng rng(606 + n + d);
+  held.cfg = config_of(identity_unnormalised);
+  held.q = rng.normal_tensor(kHeads, n, d);
+  held.k = rng.normal_tensor(kHeads, n, d);
+  held.v = rng.normal_tensor(kHeads, n, d);
+  LinearAttentionState empty(kHeads, d, d);
+  held.expected = ref::causal_linear_attention_recurrent(held.q, held.k, held.v, held.cfg, empty);
+  held.n = n;
+  held.d = d;
+  return held;
+}
+
+// The suites' tolerance: a float sum of up to n d products per output carries reduction_rtol(n d)
+// of its sum of |terms|, which a normalised output (a weighted average of values) bounds by
+// max|v|: atol = reduction_rtol(n d) max(1, max|ref|) + 1e-7.
+Tolerance linear_tolerance(const Tensor3& expected, std::size_t terms) {
+  const double rtol = reduction_rtol(terms);
+  return {rtol * std::max(1.0, static_cast<double>(xt::amax(xt::abs(expected))())) + 1e-7, rtol};
+}
+
+// Validates `got` against the shape's reference and reports the largest difference as `max_err`,
+// and that difference over max|ref| as `rel_err` (the suites' tolerance allows reduction_rtol(T d)).
+bool validate_prefill(benchmark::State& state, const Tensor3& got, const Prefill& in) {
+  const double max_err = static_cast<double>(xt::amax(xt::abs(got - in.expected))());
+  state.counters["max_err"] = max_err;
+  state.counters["rel_err"] = max_err / static_cast<double>(xt::amax(xt::abs(in.expected))());
+  return validate(state, got, in.expected, linear_tolerance(in.expected, in.n * in.d));
+}
+
+LinearAttentionState empty_state(std::size_t d) { return LinearAttentionState(kHeads, d, d); }
+
+// args: T, d.
+void linear_recurrent(benchmark::State& state, bool optimized) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Prefill& in = prefill_for(n, d);
+  auto run = [&] {
+    LinearAttentionState s = empty_state(d);
+    return optimized ? opt::causal_linear_attention_recurrent(in.q, in.k, in.v, {}, s)
+                     : ref::causal_linear_attention_recurrent(in.q, in.k, in.v, {}, s);
+  };
+  if (!validate_prefill(state, run(), in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(recurrent_flops(n, d));
+}
+
+// args: T, d, C.
+void linear_chunked(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const auto chunk = static_cast<std::size_t>(state.range(2));
+  const Prefill& in = prefill_for(n, d);
+  auto run = [&] {
+    LinearAttentionState s = empty_state(d);
+    return opt::causal_linear_attention_chunked(in.q, in.k, in.v, {}, chunk, s);
+  };
+  if (!validate_prefill(state, run(), in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(chunked_flops(n, d, chunk));
+}
+
+// args: T, d, C (0: the recurrence). The identity map unnormalised, for its error (`rel_err`).
+void linear_identity_unnormalised(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const auto chunk = static_cast<std::size_t>(state.range(2));
+  const Prefill& in = prefill_for(n, d, /*identity_unnormalised=*/true);
+  auto run = [&] {
+    LinearAttentionState s = empty_state(d);
+    return chunk == 0 ? opt::causal_linear_attention_recurrent(in.q, in.k, in.v, in.cfg, s)
+                      : opt::causal_linear_attention_chunked(in.q, in.k, in.v, in.cfg, chunk, s);
+  };
+  if (!validate_prefill(state, run(), in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(chunk == 0 ? recurrent_flops(n, d) : chunked_flops(n, d, chunk));
+}
+
+// args: T, d.
+void linear_parallel(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Prefill& in = prefill_for(n, d);
+  auto run = [&] { return opt::causal_linear_attention_parallel(in.q, in.k, in.v, {}); };
+  if (!validate_prefill(state, run(), in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(parallel_flops(n, d));
+}
+
+// Chapter 04's headline flash attention, causal, scale 1/sqrt(d), on the same q, k, v; validated
+// as chapter 04 validates it, on its last rows against the reference.
+void flash_causal(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Prefill& in = prefill_for(n, d);
+  FlashConfig cfg;
+  cfg.mask.causal = true;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto run = [&] { return opt::flash_attention_forward(in.q, in.k, in.v, cfg); };
+  if (!validate_attention(state, run().out, in.q,
+                          [&](const Tensor3& q_rows) { return ref::flash_attention_forward(q_rows, in.k, in.v, cfg).out; },
+                          attention_output_tolerance(in.q, in.k, in.v, scale)))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(flash_flops(n, d));
+}
+
+// ------------------------------------------------------------------ decode
+
+// Uniform values in [-1, 1) from a 64-bit xorshift, as chapter 05's caches (the normal generator
+// would take seconds for a 32K cache).
+Tensor3 uniform_tensor(std::size_t a, std::size_t b, std::size_t c, std::uint64_t state) {
+  Tensor3 x = Tensor3::from_shape({a, b, c});
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    x.data()[i] = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-52 - 1.0);
+  }
+  return x;
+}
+
+// A context of L positions, kept for every shape (about 0.6 GB in all): its keys and values (the KV
+// cache softmax attention reads), the linear-attention state they sum to, and the new token's q, k, v.
+struct Context {
+  std::size_t length = 0, d = 0;
+  Tensor3 k, v;                 // [8, L, d]
+  LinearAttentionState state;   // S, z after the L positions
+  Tensor3 q_new, k_new, v_new;  // [8, 1, d]
+};
+const Context& context_for(std::size_t length, std::size_t d) {
+  static std::map<std::pair<std::size_t, std::size_t>, Context> shapes;
+  Context& held = shapes[{length, d}];
+  if (held.length == length && held.d == d) return held;
+  const Tensor3 q = uniform_tensor(kHeads, length, d, 61);
+  held.k = uniform_tensor(kHeads, length, d, 62);
+  held.v = uniform_tensor(kHeads, length, d, 63);
+  held.state = empty_state(d);
+  opt::causal_linear_attention_chunked(q, held.k, held.v, {}, 64, held.state);  // the prompt, once
+  held.q_new = uniform_tensor(kHeads, 1, d, 64);
+  held.k_new = uniform_tensor(kHeads, 1, d, 65);
+  held.v_new = uniform_tensor(kHeads, 1, d, 66);
+  held.length = length;
+  held.d = d;
+  return held;
+}
+
+// args: L, d. One token of causal linear attention from the context's state. The step updates the
+// state it is given: the timed loop runs on its own copy (a sum over more and more copies of the
+// same token, as long generations sum over more tokens: the same work).
+void decode_linear(benchmark::State& state) {
+  const auto length = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Context& in = context_for(length, d);
+  LinearAttentionState for_ref = in.state, for_opt = in.state;
+  const Tensor3 expected = ref::causal_linear_attention_recurrent(in.q_new, in.k_new, in.v_new, {}, for_ref);
+  // One step from the same float state: sums of m products, reduction_rtol(m) of their |terms|.
+  if (!validate(state, opt::causal_linear_attention_recurrent(in.q_new, in.k_new, in.v_new, {}, for_opt), expected,
+                linear_tolerance(expected, d)))
+    return;
+  LinearAttentionState timed = in.state;
+  for (auto _ : state) benchmark::DoNotOptimize(opt::causal_linear_attention_recurrent(in.q_new, in.k_new, in.v_new, {}, timed));
+  // What a step reads and writes: S (m d_v floats per head) once, z (m), q, k, v of the token.
+  const double state_bytes = static_cast<double>(kHeads * (d * d + d) * sizeof(float));
+  state.counters["state_KiB"] = state_bytes / 1024;
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// args: L, d. One token of softmax attention over the KV cache of L positions (chapter 05, h = g =
+// 8), validated as chapter 05 validates it, on the first min(L, 4096) positions.
+void decode_softmax(benchmark::State& state) {
+  const auto length = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Context& in = context_for(length, d);
+  const Tensor2 q = xt::view(in.q_new, xt::all(), 0, xt::all());
+  const std::size_t n = std::min<std::size_t>(length, 4096);
+  // attention_tolerance with the score bound M <= sqrt(d) (|q|, |k| < 1, scale 1/sqrt(d))
+  const Tolerance tol{attention_tolerance(d, n, std::sqrt(static_cast<double>(d)), 1.0), 2 * reduction_rtol(std::max(d, n))};
+  if (!validate(state, opt::gqa_decode_attention(q, in.k, in.v, n).out, ref::gqa_decode_attention(q, in.k, in.v, n).out, tol))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(opt::gqa_decode_attention(q, in.k, in.v, length));
+  const double cache_bytes = static_cast<double>(kHeads * length * 2 * d * sizeof(float));
+  state.counters["cache_MiB"] = cache_bytes / (1 << 20);
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+void register_benchmarks() {
+  add_openblas_sgemm({1024});
+  const std::vector<std::int64_t> lengths{256, 1024, 4096, 16384}, dims{64, 128};
+  // Shorter ones too for the chunked form and flash attention, to find where their times cross.
+  const std::vector<std::int64_t> all_lengths{64, 128, 256, 1024, 4096, 16384};
+  add_benchmark("linear_ref_recurrent", [](benchmark::State& s) { linear_recurrent(s, false); },
+                [](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024}, {64, 128}}); });
+  add_benchmark("linear_opt_recurrent", [](benchmark::State& s) { linear_recurrent(s, true); },
+                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({lengths, dims}); });
+  add_benchmark("linear_opt_parallel", linear_parallel,
+                [](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024, 4096}, {64, 128}}); });
+  add_benchmark("linear_opt_chunked", linear_chunked,
+                [&](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({all_lengths, dims, {16, 32, 64, 128}}); });
+  add_benchmark("flash_opt_causal", flash_causal,
+                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({all_lengths, dims}); });
+  add_benchmark("linear_opt_identity_unnormalised", linear_identity_unnormalised,
+                [](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({{1024, 16384}, {64}, {0, 64}}); });
+  const std::vector<std::int64_t> contexts{1024, 8192, 32768};
+  add_benchmark("decode_linear_opt_recurrent", decode_linear, [&](Benchmark* b) {
+    b->ArgNames({"L", "d"})->ArgsProduct({contexts, dims})->Unit(benchmark::kMicrosecond);
+  });
+  add_benchmark("decode_softmax_opt_gqa", decode_softmax, [&](Benchmark* b) {
+    b->ArgNames({"L", "d"})->ArgsProduct({contexts, dims})->Unit(benchmark::kMicrosecond);
+  });
+  benchmark::AddCustomContext("heads", "8");
+  benchmark::AddCustomContext("feature_map", "elu_plus_one, normalised");
+}
+
+}  // namespace tvlab::bench
