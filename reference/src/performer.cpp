@@ -147,6 +147,7 @@ Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v
   const std::size_t m = features.num_features(), d = features.head_dim();
   // q^ = d^{-1/4} q and k^ = d^{-1/4} k: q^ . k^ = q . k / sqrt(d), the softmax's scaled score
   const double input_scale = std::pow(static_cast<double>(d), -0.25);
+  // 1/sqrt(m) cancels in the ratio below; it is kept so that phi+(q^) . phi+(k^) is the kernel's estimate
   const double inv_sqrt_m = 1.0 / std::sqrt(static_cast<double>(m));
   Tensor3 o = Tensor3::from_shape({h, n_q, d_v});
   std::vector<double> x(d), exponents(m), phi_q(m), numerator(d_v);

@@ -190,11 +190,11 @@ struct MeanAndError {
 // Statistical. Lemma 1: E[phi+(x)^T phi+(y)] = exp(x^T y), for iid rows and for orthogonal rows
 // with chi(d) lengths (each row is still marginally N(0, I_d)). Over 2000 independent draws of
 // m = 16 features the mean must lie within 4 standard errors (estimated from the same draws) of
-// exp(x^T y). The mean of 2000 such draws is close to normal (the skewness of one term, about 8 for
-// ||x + y||^2 = 1.4, divided by sqrt(2000 * 16)), so a correct estimator fails one check with
-// probability 2(1 - Phi(4)) = 6.3e-5, and one of the six with about 4e-4. Over 1000 other sets of
-// seeds, the t statistics had mean -0.02 to -0.09, standard deviation 0.99 to 1.03 and never left
-// [-3.8, 3.6]. The usual mistakes this catches: the factor exp(-||x||^2/2) left out (the mean
+// exp(x^T y). The mean of 2000 such draws is close to normal (the skewness of one term, 8 to 15 for
+// these pairs, divided by sqrt(2000 * 16)), so a correct estimator fails one check with probability
+// 2(1 - Phi(4)) = 6.3e-5, and one of the six with about 4e-4. Over 1000 other sets of seeds, the
+// t statistics had mean -0.02 to -0.09, standard deviation 0.99 to 1.03 and never left [-3.8, 3.6];
+// here they are -1.9 to 0.2 for iid rows and -3.0 to 0.2 for orthogonal ones. The usual mistakes this catches: the factor exp(-||x||^2/2) left out (the mean
 // becomes exp(x^T y + (||x||^2 + ||y||^2)/2)), a wrong 1/sqrt(m), rows not of unit variance.
 TEST(PerformerStatistics, phi_plus_is_an_unbiased_estimate_of_exp_x_dot_y) {
   const Tensor3 pairs = pairs_tensor(kPairs, kPairCount);
@@ -259,10 +259,10 @@ TEST(PerformerStatistics, the_error_falls_as_one_over_sqrt_m) {
 // orthogonalised, so the two errors of one seed are correlated, and the paired difference
 // D_s = err_iid(s)^2 - err_orf(s)^2 measures the gain with a small standard error. The test is
 // one-sided: the mean of D over 40000 seeds (m = 16, d = 4) must exceed 3 of its standard errors.
-// On this pair (||x + y||^2 = 0.47) the gain is about 9% of iid's MSE and the expected statistic
-// about 10 (5 to 8 with 20000 seeds on nearby pairs, over six sets of seeds each), so a correct
-// implementation falls below 3 with a probability far under 1e-4; features that are not
-// orthogonalised give D = 0 and fail.
+// On this pair (||x + y||^2 = 0.47) the measured gain is 7% of iid's MSE (0.0179 against 0.0167)
+// and the statistic 8.2 (5 to 8 with 20000 seeds on nearby pairs, over six sets of seeds each, so
+// about 7 to 11 with 40000): a correct implementation falls below 3 with a probability far under
+// 1e-4. Features that are not orthogonalised give D = 0 and fail.
 TEST(PerformerStatistics, orthogonal_features_have_a_lower_mean_squared_error) {
   const Pair pair{{0.6f, -0.3f, 0.4f, 0.1f}, {-0.4f, 0.6f, 0.1f, 0.2f}};
   const Tensor3 pairs = pairs_tensor(&pair, 1);
@@ -298,10 +298,10 @@ double sphere_moment_generating(double a, std::size_t d) {
 
 // Statistical. Rows of length sqrt(d) (RowNorms::sqrt_d) are no longer Gaussian, and the estimate is
 // biased low: its mean is exp(-(||x||^2 + ||y||^2)/2) E[exp(sqrt(d) ||x + y|| u_1)] with u uniform on
-// the sphere, 0.878 exp(x^T y) for pair 0 at d = 4, for iid and orthogonal directions alike. Over
+// the sphere, 0.910 exp(x^T y) for pair 0 at d = 4, for iid and orthogonal directions alike. Over
 // 2000 draws the mean must be within 4 standard errors of that value (false failure 6.3e-5 per
-// check, as above) and below exp(x^T y) by more than 4 standard errors (the bias is about 25 of
-// them).
+// check, as above) and below exp(x^T y) by more than 4 standard errors (the bias measures 12 to 15
+// of them).
 TEST(PerformerStatistics, fixed_lengths_sqrt_d_bias_the_estimate_low) {
   const Pair& pair = kPairs[0];
   const Tensor3 pairs = pairs_tensor(&pair, 1);
@@ -376,10 +376,10 @@ Inputs attention_inputs(std::uint64_t seed) {
 
 // Statistical. With m = 16384 features every output element is within 5 of its first-order standard
 // deviations (above) of softmax attention, for both kinds, causal and not; plus 1e-6 for float.
-// Measured, the largest error was 1.1 to 2.0 deviations over 8 input seeds; a normal error exceeds
-// 5 with probability 6e-7 per element (about 1e-4 over the 144 here), and the bound on the deviation
-// is conservative. Without the d^{-1/4} scaling the Performer estimates exp(q . k) instead of
-// exp(q . k / 2), and about a quarter of the elements fall outside.
+// Measured, the largest error was 0.27 to 1.34 deviations here (and up to 2.0 over 8 other input
+// seeds); a normal error exceeds 5 with probability 6e-7 per element (about 1e-4 over the 144 here),
+// and the bound on the deviation is conservative. Without the d^{-1/4} scaling the Performer
+// estimates exp(q . k) instead of exp(q . k / 2), and about a fifth of the elements fall outside.
 TEST(PerformerStatistics, attention_with_many_features_approximates_softmax_attention) {
   const std::size_t m = 16384;
   const Inputs in = attention_inputs(501);
@@ -404,8 +404,8 @@ TEST(PerformerStatistics, attention_with_many_features_approximates_softmax_atte
 // by 4. The median |error| over 32 input seeds x 36 elements (orthogonal features, a new seed per m)
 // is compared for m = 64, 1024, 16384; each ratio must be at least 2.5. The median resists the heavy
 // tail of the estimate that makes an RMS over few draws jumpy; over 30 other sets of seeds the ratios
-// stayed in [2.99, 4.72]. A bias (a wrong scaling) stops the fall: without d^{-1/4} the second ratio
-// is about 1.1.
+// stayed in [2.99, 4.72] (here 3.4 and 4.2: 0.0225, 0.0065, 0.0016). A bias (a wrong scaling) stops
+// the fall: without d^{-1/4} the second ratio is about 1.1.
 TEST(PerformerStatistics, the_attention_error_shrinks_as_m_grows) {
   std::vector<double> medians;
   for (const std::size_t m : {64, 1024, 16384}) {
