@@ -65,7 +65,8 @@ TEST(Performer, phi_plus_of_a_known_x_by_hand) {
   const double h = std::exp(-0.625) / std::sqrt(3.0);
   const double expected[3] = {h * std::exp(0.5), h * std::exp(-1.0), h * std::exp(1.5)};
   for (std::size_t r = 0; r < 3; ++r) {
-    EXPECT_NEAR(phi(0, 0, r), expected[r], 6e-8 * expected[r]) << "phi+(x)_" << r
+    EXPECT_NEAR(phi(0, 0, r), expected[r], 6e-8 * expected[r])
+        << "phi+(x)_" << r
         << " = exp(omega_r^T x - |x|^2/2) / sqrt(m); the usual mistake: the factor exp(-|x|^2/2) left out";
     // x = 0: every feature is 1 / sqrt(m)
     EXPECT_NEAR(phi(0, 1, r), 1.0 / std::sqrt(3.0), 6e-8) << "phi+(0)_" << r;
@@ -102,14 +103,17 @@ TEST(Performer, orthogonal_blocks_are_orthogonal_and_keep_their_lengths) {
   const PerformerFeatures orf = draw_performer_features(m, d, RandomFeatureKind::orthogonal, RowNorms::chi, 11);
   const PerformerFeatures fixed = draw_performer_features(m, d, RandomFeatureKind::orthogonal, RowNorms::sqrt_d, 11);
   const auto row = [](const PerformerFeatures& f, std::size_t r) { return &f.w(r, 0); };
-  const auto length = [&](const PerformerFeatures& f, std::size_t r) { return std::sqrt(dot(row(f, r), row(f, r), d)); };
+  const auto length = [&](const PerformerFeatures& f, std::size_t r) {
+    return std::sqrt(dot(row(f, r), row(f, r), d));
+  };
   for (const auto* features : {&orf, &fixed})
     for (std::size_t r = 0; r < m; ++r)
       for (std::size_t s = r + 1; s < m; ++s) {
-        const double cosine = dot(row(*features, r), row(*features, s), d) / (length(*features, r) * length(*features, s));
+        const double cosine =
+            dot(row(*features, r), row(*features, s), d) / (length(*features, r) * length(*features, s));
         if (r / d == s / d) {
-          EXPECT_LE(std::fabs(cosine), 1e-12) << to_string(features->norms) << ": rows " << r << " and " << s
-                                              << " of one block must be orthogonal";
+          EXPECT_LE(std::fabs(cosine), 1e-12)
+              << to_string(features->norms) << ": rows " << r << " and " << s << " of one block must be orthogonal";
         } else if (features == &orf && r == 0 && s == d) {
           EXPECT_GT(std::fabs(cosine), 1e-3) << "rows of different blocks are independent: orthogonal only by chance";
         }
@@ -122,7 +126,8 @@ TEST(Performer, orthogonal_blocks_are_orthogonal_and_keep_their_lengths) {
   for (const std::size_t first : {std::size_t{0}, d, 2 * d})
     for (std::size_t c = 0; c < d; ++c)
       EXPECT_NEAR(orf.w(first, c), iid.w(first, c), 1e-15 * length(iid, first))
-          << "the first row of the block at " << first << " is its Gaussian row (divided by its length, then multiplied)";
+          << "the first row of the block at " << first
+          << " is its Gaussian row (divided by its length, then multiplied)";
 }
 
 // ---------------------------------------------------------------- statistics of the kernel estimate
@@ -194,8 +199,9 @@ struct MeanAndError {
 // these pairs, divided by sqrt(2000 * 16)), so a correct estimator fails one check with probability
 // 2(1 - Phi(4)) = 6.3e-5, and one of the six with about 4e-4. Over 1000 other sets of seeds, the
 // t statistics had mean -0.02 to -0.09, standard deviation 0.99 to 1.03 and never left [-3.8, 3.6];
-// here they are -1.9 to 0.2 for iid rows and -3.0 to 0.2 for orthogonal ones. The usual mistakes this catches: the factor exp(-||x||^2/2) left out (the mean
-// becomes exp(x^T y + (||x||^2 + ||y||^2)/2)), a wrong 1/sqrt(m), rows not of unit variance.
+// here they are -1.9 to 0.0 for iid rows and -3.0 to 0.2 for orthogonal ones. The usual mistakes
+// this catches: the factor exp(-||x||^2/2) left out (the mean becomes
+// exp(x^T y + (||x||^2 + ||y||^2)/2)), a wrong 1/sqrt(m), rows not of unit variance.
 TEST(PerformerStatistics, phi_plus_is_an_unbiased_estimate_of_exp_x_dot_y) {
   const Tensor3 pairs = pairs_tensor(kPairs, kPairCount);
   const std::size_t draws = 2000, m = 16;
@@ -240,16 +246,18 @@ TEST(PerformerStatistics, the_error_falls_as_one_over_sqrt_m) {
     for (std::size_t p = 0; p < kPairCount; ++p) {
       rms[p].push_back(std::sqrt(squared[p] / double(draws)));
       const double x_dot_y = inner(kPairs[p].x, kPairs[p].y);
-      const double lemma = std::sqrt(std::exp(2.0 * x_dot_y) * (std::exp(squared_norm_of_sum(kPairs[p])) - 1.0) / double(m));
-      EXPECT_NEAR(rms[p].back(), lemma, 0.2 * lemma) << "pair " << p << ", m = " << m << ": RMS error against Lemma 2's";
+      const double lemma =
+          std::sqrt(std::exp(2.0 * x_dot_y) * (std::exp(squared_norm_of_sum(kPairs[p])) - 1.0) / double(m));
+      EXPECT_NEAR(rms[p].back(), lemma, 0.2 * lemma)
+          << "pair " << p << ", m = " << m << ": RMS error against Lemma 2's";
     }
   }
   for (std::size_t p = 0; p < kPairCount; ++p)
     for (std::size_t i = 1; i < rms[p].size(); ++i) {
       const double ratio = rms[p][i - 1] / rms[p][i];
-      EXPECT_TRUE(ratio >= 1.6 && ratio <= 2.5) << "pair " << p << ": RMS error " << rms[p][i - 1] << " then "
-                                                << rms[p][i] << " for 4 times the features, ratio " << ratio
-                                                << " (expected 2, the square root of 4)";
+      EXPECT_TRUE(ratio >= 1.6 && ratio <= 2.5)
+          << "pair " << p << ": RMS error " << rms[p][i - 1] << " then " << rms[p][i]
+          << " for 4 times the features, ratio " << ratio << " (expected 2, the square root of 4)";
     }
 }
 
@@ -386,7 +394,8 @@ TEST(PerformerStatistics, attention_with_many_features_approximates_softmax_atte
   for (const auto kind : {RandomFeatureKind::iid, RandomFeatureKind::orthogonal})
     for (const bool causal : {false, true}) {
       const Softmax expected = softmax_attention(in.q, in.k, in.v, causal, m);
-      const Tensor3 o = performer_attention(in.q, in.k, in.v, draw_performer_features(m, 4, kind, RowNorms::chi, 502), causal);
+      const Tensor3 o =
+          performer_attention(in.q, in.k, in.v, draw_performer_features(m, 4, kind, RowNorms::chi, 502), causal);
       std::size_t outside = 0;
       double worst = 0.0;
       for (std::size_t i = 0; i < o.size(); ++i) {
@@ -414,7 +423,8 @@ TEST(PerformerStatistics, the_attention_error_shrinks_as_m_grows) {
       const Inputs in = attention_inputs(600 + seed);
       const Softmax expected = softmax_attention(in.q, in.k, in.v, false, m);
       const Tensor3 o = performer_attention(
-          in.q, in.k, in.v, draw_performer_features(m, 4, RandomFeatureKind::orthogonal, RowNorms::chi, 1000 * m + seed), false);
+          in.q, in.k, in.v,
+          draw_performer_features(m, 4, RandomFeatureKind::orthogonal, RowNorms::chi, 1000 * m + seed), false);
       for (std::size_t i = 0; i < o.size(); ++i) errors.push_back(std::fabs(o.data()[i] - expected.o.data()[i]));
     }
     std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
@@ -459,10 +469,14 @@ TEST(Performer, causal_rows_are_non_causal_attention_over_the_keys_so_far) {
   const Tensor3 causal = performer_attention(in.q, in.k, in.v, features, true);
   const Tensor3 non_causal = performer_attention(in.q, in.k, in.v, features, false);
   for (std::size_t head = 0; head < 2; ++head)
-    for (std::size_t e = 0; e < 3; ++e) EXPECT_EQ(causal(head, 5, e), non_causal(head, 5, e)) << "head " << head << ", e " << e;
-  const auto first = [](const Tensor3& x, std::size_t rows) -> Tensor3 { return xt::view(x, xt::all(), xt::range(0, rows), xt::all()); };
+    for (std::size_t e = 0; e < 3; ++e)
+      EXPECT_EQ(causal(head, 5, e), non_causal(head, 5, e)) << "head " << head << ", e " << e;
+  const auto first = [](const Tensor3& x, std::size_t rows) -> Tensor3 {
+    return xt::view(x, xt::all(), xt::range(0, rows), xt::all());
+  };
   for (std::size_t i = 0; i < 5; ++i) {
-    const Tensor3 over_prefix = performer_attention(first(in.q, i + 1), first(in.k, i + 1), first(in.v, i + 1), features, false);
+    const Tensor3 over_prefix =
+        performer_attention(first(in.q, i + 1), first(in.k, i + 1), first(in.v, i + 1), features, false);
     for (std::size_t head = 0; head < 2; ++head)
       for (std::size_t e = 0; e < 3; ++e)
         EXPECT_NEAR(causal(head, i, e), over_prefix(head, i, e), 1e-6) << "causal row " << i << " of head " << head;
@@ -474,51 +488,81 @@ TEST(Performer, causal_rows_are_non_causal_attention_over_the_keys_so_far) {
 TEST(Performer, bad_input_names_the_parameter) {
   EXPECT_TRUE(throws_error_naming([] { draw_performer_features(0, 4, RandomFeatureKind::iid, RowNorms::chi, 1); },
                                   {"draw_performer_features", "num_features"}));
-  EXPECT_TRUE(throws_error_naming([] { draw_performer_features(8, 0, RandomFeatureKind::orthogonal, RowNorms::chi, 1); },
-                                  {"draw_performer_features", "head_dim"}));
-  EXPECT_TRUE(throws_error_naming(
-      [] { draw_performer_features(8, 4, static_cast<RandomFeatureKind>(7), RowNorms::chi, 1); },
-      {"draw_performer_features", "kind"}));
-  EXPECT_TRUE(throws_error_naming([] { draw_performer_features(8, 4, RandomFeatureKind::iid, static_cast<RowNorms>(7), 1); },
-                                  {"draw_performer_features", "norms"}));
+  EXPECT_TRUE(
+      throws_error_naming([] { draw_performer_features(8, 0, RandomFeatureKind::orthogonal, RowNorms::chi, 1); },
+                          {"draw_performer_features", "head_dim"}));
+  EXPECT_TRUE(
+      throws_error_naming([] { draw_performer_features(8, 4, static_cast<RandomFeatureKind>(7), RowNorms::chi, 1); },
+                          {"draw_performer_features", "kind"}));
+  EXPECT_TRUE(
+      throws_error_naming([] { draw_performer_features(8, 4, RandomFeatureKind::iid, static_cast<RowNorms>(7), 1); },
+                          {"draw_performer_features", "norms"}));
 
   const PerformerFeatures features = draw_performer_features(8, 2, RandomFeatureKind::iid, RowNorms::chi, 3);
   const Tensor3 x = head_of({{0.1f, 0.2f}, {0.3f, -0.4f}});
   PerformerFeatures empty;
   empty.w = DTensor2::from_shape({0, 2});
-  EXPECT_TRUE(throws_error_naming([&] { performer_feature_map(x, empty); }, {"performer_feature_map", "features.w", "empty"}));
-  EXPECT_TRUE(throws_error_naming([&] { performer_feature_map(head_of({{0.1f, 0.2f, 0.3f}}), features); },
-                                  {"performer_feature_map", "x", "d 3, expected 2"}));
+  EXPECT_TRUE(
+      throws_error_naming([&] { performer_feature_map(x, empty); }, {"performer_feature_map", "features.w", "empty"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_feature_map(head_of({{0.1f, 0.2f, 0.3f}}), features);
+      },
+      {"performer_feature_map", "x", "d 3, expected 2"}));
   Tensor3 nan_x = x;
   nan_x(0, 1, 0) = std::nanf("");
-  EXPECT_TRUE(throws_error_naming([&] { performer_feature_map(nan_x, features); }, {"performer_feature_map", "x", "non-finite"}));
+  EXPECT_TRUE(throws_error_naming([&] { performer_feature_map(nan_x, features); },
+                                  {"performer_feature_map", "x", "non-finite"}));
   // omega = (20, 0) and x = (20, 0): omega^T x - |x|^2/2 = 200, beyond float's 88.7 + ln sqrt(1)
-  EXPECT_TRUE(throws_error_naming([&] { performer_feature_map(head_of({{20.0f, 0.0f}}), hand_built({{20.0, 0.0}})); },
-                                  {"performer_feature_map", "x", "float", "scale x down"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_feature_map(head_of({{20.0f, 0.0f}}), hand_built({{20.0, 0.0}}));
+      },
+      {"performer_feature_map", "x", "float", "scale x down"}));
 
   const Tensor3 v = head_of({{1.0f}, {2.0f}});
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(head_of({{0.1f, 0.2f, 0.3f}}), x, v, features, false); },
-                                  {"performer_attention", "q", "d 3, expected 2"}));
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, head_of({{0.1f, 0.2f, 0.3f}, {0.f, 0.f, 0.f}}), v, features, false); },
-                                  {"performer_attention", "k", "d 3, expected 2"}));
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, nan_x, v, features, false); }, {"performer_attention", "k", "non-finite"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_attention(head_of({{0.1f, 0.2f, 0.3f}}), x, v, features, false);
+      },
+      {"performer_attention", "q", "d 3, expected 2"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_attention(x, head_of({{0.1f, 0.2f, 0.3f}, {0.f, 0.f, 0.f}}), v, features, false);
+      },
+      {"performer_attention", "k", "d 3, expected 2"}));
+  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, nan_x, v, features, false); },
+                                  {"performer_attention", "k", "non-finite"}));
   EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, x, head_of({{1.0f}}), features, false); },
                                   {"performer_attention", "v", "seq"}));
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(head_of({{0.1f, 0.2f}}), x, v, features, true); },
-                                  {"performer_attention", "k", "seq"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_attention(head_of({{0.1f, 0.2f}}), x, v, features, true);
+      },
+      {"performer_attention", "k", "seq"}));
   PerformerFeatures nan_w = features;
   nan_w.w(3, 1) = std::nan("");
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, x, v, nan_w, false); }, {"performer_attention", "features.w", "non-finite"}));
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, x, v, empty, false); }, {"performer_attention", "features.w", "empty"}));
+  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, x, v, nan_w, false); },
+                                  {"performer_attention", "features.w", "non-finite"}));
+  EXPECT_TRUE(throws_error_naming([&] { performer_attention(x, x, v, empty, false); },
+                                  {"performer_attention", "features.w", "empty"}));
   // d = 2, d^{-1/4} = 0.8409: k = (47.57, 0) scales to k^ = (40, 0), and with omega = (40, 0) the
   // exponent is 1600 - 800 = 800, beyond double's 709.8
   const PerformerFeatures long_row = hand_built({{40.0, 0.0}});
   const float forty_scaled = static_cast<float>(40.0 / std::pow(2.0, -0.25));
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(head_of({{0.1f, 0.2f}}), head_of({{forty_scaled, 0.0f}}), head_of({{1.0f}}), long_row, false); },
-                                  {"performer_attention", "k", "double", "scale k down"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_attention(head_of({{0.1f, 0.2f}}), head_of({{forty_scaled, 0.0f}}), head_of({{1.0f}}), long_row,
+                            false);
+      },
+      {"performer_attention", "k", "double", "scale k down"}));
   // q^ = (0, 40) with omega = (1, 0): phi+(q^) = exp(-800) underflows to 0, and so does the normaliser
-  EXPECT_TRUE(throws_error_naming([&] { performer_attention(head_of({{0.0f, forty_scaled}}), head_of({{0.1f, 0.2f}}), head_of({{1.0f}}), hand_built({{1.0, 0.0}}), false); },
-                                  {"performer_attention", "normaliser", "underflows", "scale q and k down"}));
+  EXPECT_TRUE(throws_error_naming(
+      [&] {
+        performer_attention(head_of({{0.0f, forty_scaled}}), head_of({{0.1f, 0.2f}}), head_of({{1.0f}}),
+                            hand_built({{1.0, 0.0}}), false);
+      },
+      {"performer_attention", "normaliser", "underflows", "scale q and k down"}));
 }
 
 }  // namespace
