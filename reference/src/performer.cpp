@@ -95,7 +95,8 @@ PerformerFeatures draw_performer_features(std::size_t num_features, std::size_t 
   for (std::size_t i = 0; i < m * d; ++i) w[i] = rng.normal();
   if (kind == RandomFeatureKind::orthogonal)
     // the same rows, orthogonalised in blocks of d (the last one m mod d rows), each keeping its length
-    for (std::size_t start = 0; start < m; start += d) orthogonalize_block(rng, std::min(d, m - start), d, w + start * d);
+    for (std::size_t start = 0; start < m; start += d)
+      orthogonalize_block(rng, std::min(d, m - start), d, w + start * d);
   if (norms == RowNorms::sqrt_d)
     // ||omega_r|| = sqrt(d), the mean of ||omega||^2 for omega ~ N(0, I_d) (biased low: see RowNorms)
     for (std::size_t r = 0; r < m; ++r) {
@@ -139,7 +140,8 @@ Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v
   require_dim(fn, "q", q, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
   require_dim(fn, "k", k, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
   require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
-  if (causal) require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: causal attention pairs position i of both");
+  if (causal)
+    require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: causal attention pairs position i of both");
   require_finite(fn, "q", q);
   require_finite(fn, "k", k);
   require_finite(fn, "v", v);

@@ -65,7 +65,8 @@ Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& feature
 /// double. The queries and keys are scaled by \f$ d^{-1/4} \f$ each, \f$ \hat q = d^{-1/4} q \f$ and
 /// \f$ \hat k = d^{-1/4} k \f$, so that \f$ \hat q^\top \hat k = q^\top k / \sqrt d \f$ and
 /// \f$ \phi^+(\hat q)^\top \phi^+(\hat k) \f$ estimates the softmax kernel \f$ \exp(q^\top k / \sqrt d) \f$:
-/// \f[ o_i = \frac{\phi^+(\hat q_i)^\top \sum_j \phi^+(\hat k_j)\, v_j^\top}{\phi^+(\hat q_i)^\top \sum_j \phi^+(\hat k_j)}, \f]
+/// \f[ o_i = \frac{\phi^+(\hat q_i)^\top \sum_j \phi^+(\hat k_j)\, v_j^\top}
+///            {\phi^+(\hat q_i)^\top \sum_j \phi^+(\hat k_j)}, \f]
 /// over every key, or over \f$ j \le i \f$ when `causal` (the sums then grow with i, as in
 /// `causal_linear_attention_recurrent`). With \f$ \phi^+ \f$ computed by `performer_feature_map` it is
 /// `linear_attention` (or `causal_linear_attention_parallel`) with `FeatureMap::identity` and
