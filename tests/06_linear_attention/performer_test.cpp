@@ -504,6 +504,8 @@ TEST(Performer, bad_input_names_the_parameter) {
   empty.w = DTensor2::from_shape({0, 2});
   EXPECT_TRUE(
       throws_error_naming([&] { performer_feature_map(x, empty); }, {"performer_feature_map", "features.w", "empty"}));
+  EXPECT_TRUE(throws_error_naming([&] { performer_feature_map(x, PerformerFeatures{}); },
+                                  {"performer_feature_map", "features.w", "empty"}));
   EXPECT_TRUE(throws_error_naming(
       [&] {
         performer_feature_map(head_of({{0.1f, 0.2f, 0.3f}}), features);
