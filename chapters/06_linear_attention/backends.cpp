@@ -1,6 +1,7 @@
 #include "backends.hpp"
 
 #include "tvlab/opt/linear_attention.hpp"
+#include "tvlab/ref/delta_rule.hpp"
 #include "tvlab/ref/linear_attention.hpp"
 #include "tvlab/student/linear_attention.hpp"
 
@@ -15,7 +16,9 @@ const std::vector<Backend>& backends() {
        .linear_attention = ref::linear_attention,
        .causal_parallel = ref::causal_linear_attention_parallel,
        .causal_recurrent = ref::causal_linear_attention_recurrent,
-       .causal_chunked = ref::causal_linear_attention_chunked},
+       .causal_chunked = ref::causal_linear_attention_chunked,
+       .delta_recurrent = ref::delta_rule_recurrent,
+       .delta_chunked = ref::delta_rule_chunked},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .linear_attention = opt::linear_attention,

@@ -2,7 +2,7 @@
 /// @file
 /// Chapter 06's backend registry (see `chapters/common/backend.hpp`): every implementation of the
 /// chapter's functions, kernelised linear attention (non-causal, and causal in its recurrent,
-/// parallel and chunked forms), with what it needs.
+/// parallel and chunked forms) and the delta-rule family (recurrent and chunked), with what it needs.
 
 #include <cstddef>
 #include <functional>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/backend.hpp"
+#include "tvlab/core/delta_rule_config.hpp"
 #include "tvlab/core/linear_attention_config.hpp"
 #include "tvlab/core/tensor.hpp"
 
@@ -30,6 +31,17 @@ using CausalChunkedFn =
     std::function<Tensor3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const LinearAttentionConfig& cfg,
                           std::size_t chunk_size, LinearAttentionState& state)>;
 
+/// The delta-rule family's recurrence over a whole sequence: q, k `[h, T, d_k]`, v `[h, T, d_v]`,
+/// beta `[h, T]`, the gate, from `initial_state` `[h, d_k, d_v]` (empty: zeros).
+/// (`ref::delta_rule_recurrent`'s contract.)
+using DeltaFn = std::function<DeltaRuleOutput(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
+                                              const DeltaRuleGate& gate, const DeltaRuleConfig& cfg,
+                                              const Tensor3& initial_state)>;
+/// The same in chunks of `chunk_size` positions. (`ref::delta_rule_chunked`'s contract.)
+using DeltaChunkedFn = std::function<DeltaRuleOutput(
+    const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta, const DeltaRuleGate& gate,
+    const DeltaRuleConfig& cfg, std::size_t chunk_size, const Tensor3& initial_state)>;
+
 struct Backend {
   std::string name;
   BackendKind kind = BackendKind::reference;
@@ -38,6 +50,8 @@ struct Backend {
   CausalFn causal_parallel;           ///< causal, masked quadratic form (empty: not provided)
   CausalStatefulFn causal_recurrent;  ///< causal, token by token over a state (empty: not provided)
   CausalChunkedFn causal_chunked;     ///< causal, chunk by chunk (empty: not provided)
+  DeltaFn delta_recurrent;            ///< the delta-rule family, token by token (empty: not provided)
+  DeltaChunkedFn delta_chunked;       ///< the delta-rule family, chunk by chunk (empty: not provided)
 };
 
 /// Every implementation, in the order the lesson reads them.

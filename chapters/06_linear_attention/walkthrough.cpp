@@ -132,14 +132,31 @@ std::vector<DocumentCheck> document_checks() {
 
 struct Inputs {
   Tensor3 q, k, v;
+  Tensor2 beta;        // [h, n], Gated DeltaNet's writing strengths in (0, 1)
+  DeltaRuleGate gate;  // its scalar log gates, below 0
 };
 Inputs make_inputs(const Options& o, std::uint64_t seed) {
   Rng rng(seed);
   const auto h = static_cast<std::size_t>(o.heads), n = static_cast<std::size_t>(o.seq), d = static_cast<std::size_t>(o.dim);
-  return {rng.normal_tensor(h, n, d), rng.normal_tensor(h, n, d), rng.normal_tensor(h, n, d)};
+  Inputs in{rng.normal_tensor(h, n, d), rng.normal_tensor(h, n, d), rng.normal_tensor(h, n, d),
+            Tensor2::from_shape({h, n}), {}};
+  in.gate.scalar = Tensor2::from_shape({h, n});
+  // beta = sigmoid(N(0, 1)) and g = log sigmoid(N(0, 1) + 3): the forms the papers' projections give
+  for (std::size_t i = 0; i < h * n; ++i) {
+    in.beta.data()[i] = static_cast<float>(1.0 / (1.0 + std::exp(-rng.normal())));
+    in.gate.scalar.data()[i] = static_cast<float>(-std::log1p(std::exp(-(rng.normal() + 3.0))));
+  }
+  return in;
 }
 
-// Every output a backend gives: the non-causal form and the three causal ones. The outputs are
+// Gated DeltaNet's configuration for a run: the delta rule, q and k L2-normalised (fla's default).
+DeltaRuleConfig gated_deltanet() {
+  DeltaRuleConfig cfg;
+  cfg.l2_normalize_qk = true;
+  return cfg;
+}
+
+// Every output a backend gives: the non-causal form, the three causal ones, Gated DeltaNet two ways. The outputs are
 // weighted averages of N(0, 1) values through float sums of at most n m products: 1e-5 of their
 // largest magnitude, at least 1e-5 (the comparison takes the reference's). The identity map,
 // normalised, weighs with both signs: a normaliser that nearly cancels magnifies an output and
@@ -161,6 +178,12 @@ std::optional<Run> run_one(const linear::Backend& b, const Inputs& in, const Lin
     LinearAttentionState state(h, m, d_v);
     add("causal_chunked", b.causal_chunked(in.q, in.k, in.v, cfg, chunk, state));
   }
+  // Gated DeltaNet, token by token and in chunks
+  const Tensor3 no_state = Tensor3::from_shape({0, 0, 0});
+  if (b.delta_recurrent)
+    add("gated_deltanet_recurrent", b.delta_recurrent(in.q, in.k, in.v, in.beta, in.gate, gated_deltanet(), no_state).o);
+  if (b.delta_chunked)
+    add("gated_deltanet_chunked", b.delta_chunked(in.q, in.k, in.v, in.beta, in.gate, gated_deltanet(), chunk, no_state).o);
   if (run.outputs.empty()) return std::nullopt;
   return run;
 }
@@ -227,7 +250,7 @@ std::string markdown() {
 }
 
 // The documents' two examples, step by step: scores, softmax weights, the ReLU kernel, rankings.
-void step_through() {
+int step_through() {
   int step = 1;
   for (const KernelExample& ex : {first_example(), second_example()}) {
     std::vector<double> s;
@@ -241,6 +264,25 @@ void step_through() {
                                       "; normalised, " + list(w, 4) + ", ranking " + ranking(r) +
                                       (ranking(r) == ranking(p) ? " (the same)" : " (not softmax's: ReLU dropped the negative coordinates)"));
   }
+  return step;
+}
+
+// The delta rule against linear attention: key k = e_1 written twice, v1 = [1, 0] then v2 = [0, 1],
+// beta = 1, no gate, then read with q = k (scale 1).
+void step_through_delta_rule(int step) {
+  const Tensor3 k = {{{1.0f, 0.0f}, {1.0f, 0.0f}}}, v = {{{1.0f, 0.0f}, {0.0f, 1.0f}}};
+  const Tensor2 beta = {{1.0f, 1.0f}};
+  const auto& ref = reference_backend(backends());
+  DeltaRuleConfig cfg;
+  cfg.scale = 1.0;
+  const Tensor3 delta = ref.delta_recurrent(k, k, v, beta, {}, cfg, Tensor3::from_shape({0, 0, 0})).o;
+  cfg.delta = false;
+  const Tensor3 plain = ref.delta_recurrent(k, k, v, beta, {}, cfg, Tensor3::from_shape({0, 0, 0})).o;
+  print_step(std::cout, step++, "write v1 = [1, 0], then v2 = [0, 1], both under the key k = [1, 0], beta = 1; read with q = k");
+  print_step(std::cout, step++, "linear attention (S += k v^T) reads v1 + v2 = [" + fixed(plain(0, 1, 0), 0) + ", " +
+                                    fixed(plain(0, 1, 1), 0) + "]: writes only add");
+  print_step(std::cout, step, "the delta rule (S += k (v - S^T k)^T) reads v2 = [" + fixed(delta(0, 1, 0), 0) + ", " +
+                                  fixed(delta(0, 1, 1), 0) + "]: the second write replaced the first");
 }
 
 int run(const Options& o, const GlobalOptions& g) {
@@ -254,10 +296,10 @@ int run(const Options& o, const GlobalOptions& g) {
   require_positive(TVLAB_CHAPTER_NAME, "--chunk", o.chunk);
   const auto h = static_cast<std::uint64_t>(o.heads), n = static_cast<std::uint64_t>(o.seq);
   const auto d = static_cast<std::uint64_t>(o.dim);
-  // What the run will take, before anything is allocated: q, k, v and four outputs per backend;
+  // What the run will take, before anything is allocated: q, k, v and six outputs per backend;
   // the reference's parallel form, n^2 d products per head.
   RunCost cost;
-  cost.memory("q, k, v and every backend's four outputs", {3 + 4 * backends().size(), h, n, d}, sizeof(float), "--seq")
+  cost.memory("q, k, v and every backend's six outputs", {3 + 6 * backends().size(), h, n, d}, sizeof(float), "--seq")
       .work("the reference's masked parallel form", {h, n, n, d}, "--seq");
   cost.require_affordable(g, o);
   const Inputs in = make_inputs(o, g.seed);
@@ -267,7 +309,7 @@ int run(const Options& o, const GlobalOptions& g) {
   const auto one = [&](const linear::Backend& b) { return run_one(b, in, cfg, chunk); };
   // The reference first: it validates the inputs, so --step never prints an invalid case.
   const Run expected = *one(reference_backend(backends()));
-  if (o.step) step_through();
+  if (o.step) step_through_delta_rule(step_through());
   Dump dump(o.dump);
   dump.write("q", in.q);
   dump.write("k", in.k);
@@ -289,13 +331,13 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = TVLAB_CHAPTER_NAME;
   c.alias = "linear";
-  c.summary = "linear attention: the kernel trick, causal recurrent / parallel / chunked forms";
+  c.summary = "linear attention: the kernel trick, causal recurrent / parallel / chunked forms, the delta rule";
   c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(
         root, global, TVLAB_CHAPTER_NAME, "linear",
         "Linear attention: phi(Q)(phi(K)^T V), and causal linear attention three ways", *o,
-        "walk the documents' example: softmax weights against the ReLU kernel, and the rankings",
+        "walk the documents' example (softmax against the ReLU kernel, the rankings), then the delta rule's overwrite",
         "write q.npy, k.npy, v.npy and <output>_<backend>.npy to DIR", backend_lines(backends()),
         [o, &global] { return run(*o, global); });
     sub.option("--seq", o->seq, "positions n");

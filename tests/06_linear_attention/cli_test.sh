@@ -6,6 +6,7 @@ source "$(dirname "$0")/../common/cli_lib.sh"
 check "linear --step" 0 "" -- "$tvlab" linear --step --backend ref
 grep -q "ranking k2 > k1 > k3" "$tmp/out" && pass "--step ranks the first example's keys" || fail "--step does not rank the first example"
 grep -q "not softmax's" "$tmp/out" && pass "--step shows ReLU changing the second ranking" || fail "--step misses the changed ranking"
+grep -q "replaced the first" "$tmp/out" && pass "--step shows the delta rule overwriting" || fail "--step misses the delta rule"
 check "linear: zero chunk names the option" 2 "--chunk" -- "$tvlab" linear --chunk 0
 check "linear: an unknown feature map" 2 "--feature-map" -- "$tvlab" linear --feature-map softmax
 check "linear --feature-map relu" 0 "" -- "$tvlab" linear --feature-map identity --seq 7 --chunk 3
