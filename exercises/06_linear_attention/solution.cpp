@@ -54,8 +54,12 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
       if (cfg.normalize)
         require(denominator != 0.0, fn, "the normaliser phi(q_t) . z_t of head ", head, ", position ", t,
                 " is 0: cfg.feature_map (", to_string(cfg.feature_map), ") gives the query no positive weight");
-      for (std::size_t e = 0; e < d_v; ++e)
-        o(head, t, e) = static_cast<float>(cfg.normalize ? numerator[e] / denominator : numerator[e]);
+      for (std::size_t e = 0; e < d_v; ++e) {
+        const double value = cfg.normalize ? numerator[e] / denominator : numerator[e];
+        require(std::isfinite(value) && std::fabs(value) <= 3.4e38, fn, "the output of head ", head, ", position ", t,
+                " is beyond float's range: scale q, k or v down");
+        o(head, t, e) = static_cast<float>(value);
+      }
     }
     for (std::size_t c = 0; c < m; ++c) {
       next.z(head, c) = static_cast<float>(z[c]);

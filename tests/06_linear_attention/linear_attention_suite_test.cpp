@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ const Case kCases[] = {
     {"relu_normalised_h1_n9_d6_dv3", FeatureMap::relu, true, 1, 9, 6, 3},
     {"identity_unnormalised_h3_n13_d5_dv4", FeatureMap::identity, false, 3, 13, 5, 4},
     {"elu_plus_one_unnormalised_h2_n1_d3_dv2", FeatureMap::elu_plus_one, false, 2, 1, 3, 2},
+    // widths past one SIMD register, and not a multiple of one
+    {"elu_plus_one_normalised_h3_n70_d20_dv37", FeatureMap::elu_plus_one, true, 3, 70, 20, 37},
+    {"identity_unnormalised_h2_n40_d33_dv80", FeatureMap::identity, false, 2, 40, 33, 80},
 };
 
 LinearAttentionConfig config_of(const Case& c) {
@@ -266,6 +270,59 @@ TEST_P(Errors, bad_input_names_the_parameter_and_leaves_the_state) {
     EXPECT_TRUE(throws_error_naming([&] { backend.causal_recurrent(q_apart, k_apart, v_one, relu, state); },
                                     {"causal_linear_attention_recurrent", "cfg.feature_map"}));
     EXPECT_TRUE(state.s == before.s && state.z == before.z) << "a call that throws must leave the state as it was";
+  }
+}
+
+// A state holding NaN or infinity is named, whichever the call's length and normalisation.
+TEST_P(Errors, a_non_finite_state_is_named) {
+  const Backend& backend = GetParam();
+  TVLAB_EXERCISE(backend, "06.1");
+  Rng rng(632);
+  for (const std::size_t n : {std::size_t{1}, std::size_t{4}})
+    for (const bool normalize : {true, false}) {
+      const Tensor3 q = rng.normal_tensor(2, n, 4), k = rng.normal_tensor(2, n, 4), v = rng.normal_tensor(2, n, 3);
+      LinearAttentionConfig cfg;
+      cfg.normalize = normalize;
+      LinearAttentionState with_nan(2, 4, 3), with_inf(2, 4, 3);
+      with_nan.s(1, 2, 1) = std::nanf("");
+      with_inf.z(1, 0) = std::numeric_limits<float>::infinity();
+      EXPECT_TRUE(throws_error_naming([&] { backend.causal_recurrent(q, k, v, cfg, with_nan); },
+                                      {"causal_linear_attention_recurrent", "state.s", "non-finite"}));
+      EXPECT_TRUE(throws_error_naming([&] { backend.causal_recurrent(q, k, v, cfg, with_inf); },
+                                      {"causal_linear_attention_recurrent", "state.z", "non-finite"}));
+    }
+}
+
+// Outputs beyond float's range (q, k of 1e20, the identity map unnormalised: scores of 4e40) are
+// errors, and leave the state as it was.
+TEST_P(Errors, outputs_beyond_float_are_named) {
+  const Backend& backend = GetParam();
+  TVLAB_EXERCISE(backend, "06.1");
+  Rng rng(633);
+  for (const std::size_t n : {std::size_t{1}, std::size_t{5}}) {
+    Tensor3 q = rng.normal_tensor(2, n, 4), k = rng.normal_tensor(2, n, 4);
+    const Tensor3 v = rng.normal_tensor(2, n, 3);
+    q.fill(1e20f);
+    k.fill(1e20f);
+    LinearAttentionConfig cfg;
+    cfg.feature_map = FeatureMap::identity;
+    cfg.normalize = false;
+    if (backend.linear_attention) {
+      EXPECT_TRUE(throws_error_naming([&] { backend.linear_attention(q, k, v, cfg); }, {"linear_attention", "beyond float"}));
+    }
+    if (backend.causal_parallel) {
+      EXPECT_TRUE(throws_error_naming([&] { backend.causal_parallel(q, k, v, cfg); },
+                                      {"causal_linear_attention_parallel", "beyond float"}));
+    }
+    LinearAttentionState recurrent(2, 4, 3), chunked(2, 4, 3);
+    EXPECT_TRUE(throws_error_naming([&] { backend.causal_recurrent(q, k, v, cfg, recurrent); },
+                                    {"causal_linear_attention_recurrent", "beyond float"}));
+    if (backend.causal_chunked) {
+      EXPECT_TRUE(throws_error_naming([&] { backend.causal_chunked(q, k, v, cfg, 2, chunked); },
+                                      {"causal_linear_attention_chunked", "beyond float"}));
+    }
+    EXPECT_TRUE(xt::all(xt::equal(recurrent.s, 0.0f)) && xt::all(xt::equal(chunked.s, 0.0f)))
+        << "a call that throws must leave the state as it was";
   }
 }
 
