@@ -41,6 +41,48 @@ void write_row(const char* fn, const LinearAttentionConfig& cfg, const std::vect
   }
 }
 
+// The running sums of one head, in double: S = sum_j phi(k_j) v_j^T `[m, d_v]` and z = sum_j phi(k_j)
+// `[m]`, the state every form but the parallel one keeps.
+struct RunningSums {
+  std::size_t m, d_v;
+  std::vector<double> s, z;
+
+  RunningSums(std::size_t features, std::size_t value_dim)
+      : m(features), d_v(value_dim), s(features * value_dim, 0.0), z(features, 0.0) {}
+  // The sums a state holds for `head`.
+  RunningSums(const LinearAttentionState& state, std::size_t head, std::size_t features, std::size_t value_dim)
+      : RunningSums(features, value_dim) {
+    for (std::size_t c = 0; c < m; ++c) {
+      z[c] = state.z(head, c);
+      for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] = state.s(head, c, e);
+    }
+  }
+  // S += phi(k_j) v_j^T,  z += phi(k_j)
+  void add(const Tensor3& k, const Tensor3& v, std::size_t head, std::size_t j, FeatureMap map) {
+    for (std::size_t c = 0; c < m; ++c) {
+      const double phi_k = phi(k(head, j, c), map);
+      z[c] += phi_k;
+      for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] += phi_k * v(head, j, e);
+    }
+  }
+  // numerator += scale phi(q_i)^T S,  denominator += scale phi(q_i)^T z
+  void read(const Tensor3& q, std::size_t head, std::size_t i, const LinearAttentionConfig& cfg,
+            std::vector<double>& numerator, double& denominator) const {
+    for (std::size_t c = 0; c < m; ++c) {
+      const double phi_q = cfg.scale * phi(q(head, i, c), cfg.feature_map);
+      denominator += phi_q * z[c];
+      for (std::size_t e = 0; e < d_v; ++e) numerator[e] += phi_q * s[c * d_v + e];
+    }
+  }
+  // The sums into `state` for `head`, rounded to float.
+  void store(LinearAttentionState& state, std::size_t head) const {
+    for (std::size_t c = 0; c < m; ++c) {
+      state.z(head, c) = static_cast<float>(z[c]);
+      for (std::size_t e = 0; e < d_v; ++e) state.s(head, c, e) = static_cast<float>(s[c * d_v + e]);
+    }
+  }
+};
+
 }  // namespace
 
 // The checks every form shares: q, k, v non-empty and finite, of one head count, q and k of one
@@ -86,22 +128,13 @@ Tensor3 linear_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, c
   Tensor3 o = Tensor3::from_shape({h, n_q, d_v});
   for (std::size_t head = 0; head < h; ++head) {
     // S = sum_j phi(k_j) v_j^T  [m, d_v]  and  z = sum_j phi(k_j)  [m]: computed once, O(n m d_v)
-    std::vector<double> s(m * d_v, 0.0), z(m, 0.0);
-    for (std::size_t j = 0; j < n_k; ++j)
-      for (std::size_t c = 0; c < m; ++c) {
-        const double phi_k = phi(k(head, j, c), cfg.feature_map);
-        z[c] += phi_k;
-        for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] += phi_k * v(head, j, e);
-      }
+    RunningSums sums(m, d_v);
+    for (std::size_t j = 0; j < n_k; ++j) sums.add(k, v, head, j, cfg.feature_map);
     // o_i = scale phi(q_i)^T S / (scale phi(q_i)^T z)
     for (std::size_t i = 0; i < n_q; ++i) {
       std::vector<double> numerator(d_v, 0.0);
       double denominator = 0.0;
-      for (std::size_t c = 0; c < m; ++c) {
-        const double phi_q = cfg.scale * phi(q(head, i, c), cfg.feature_map);
-        denominator += phi_q * z[c];
-        for (std::size_t e = 0; e < d_v; ++e) numerator[e] += phi_q * s[c * d_v + e];
-      }
+      sums.read(q, head, i, cfg, numerator, denominator);
       write_row(fn, cfg, numerator, denominator, &o(head, i, 0), head, i);
     }
   }
@@ -117,32 +150,17 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
   Tensor3 o = Tensor3::from_shape({h, n, d_v});
   LinearAttentionState next = state;  // committed only when every row succeeded
   for (std::size_t head = 0; head < h; ++head) {
-    std::vector<double> s(m * d_v), z(m);
-    for (std::size_t c = 0; c < m; ++c) {
-      z[c] = state.z(head, c);
-      for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] = state.s(head, c, e);
-    }
+    RunningSums sums(state, head, m, d_v);
     for (std::size_t t = 0; t < n; ++t) {
-      // S_t = S_{t-1} + phi(k_t) v_t^T,  z_t = z_{t-1} + phi(k_t)
-      for (std::size_t c = 0; c < m; ++c) {
-        const double phi_k = phi(k(head, t, c), cfg.feature_map);
-        z[c] += phi_k;
-        for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] += phi_k * v(head, t, e);
-      }
+      // S_t = S_{t-1} + phi(k_t) v_t^T,  z_t = z_{t-1} + phi(k_t): first, so that position t sees itself
+      sums.add(k, v, head, t, cfg.feature_map);
       // o_t = scale phi(q_t)^T S_t / (scale phi(q_t)^T z_t)
       std::vector<double> numerator(d_v, 0.0);
       double denominator = 0.0;
-      for (std::size_t c = 0; c < m; ++c) {
-        const double phi_q = cfg.scale * phi(q(head, t, c), cfg.feature_map);
-        denominator += phi_q * z[c];
-        for (std::size_t e = 0; e < d_v; ++e) numerator[e] += phi_q * s[c * d_v + e];
-      }
+      sums.read(q, head, t, cfg, numerator, denominator);
       write_row(fn, cfg, numerator, denominator, &o(head, t, 0), head, t);
     }
-    for (std::size_t c = 0; c < m; ++c) {
-      next.z(head, c) = static_cast<float>(z[c]);
-      for (std::size_t e = 0; e < d_v; ++e) next.s(head, c, e) = static_cast<float>(s[c * d_v + e]);
-    }
+    sums.store(next, head);
   }
   state = next;
   return o;
@@ -182,44 +200,28 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
   Tensor3 o = Tensor3::from_shape({h, n, d_v});
   LinearAttentionState next = state;
   for (std::size_t head = 0; head < h; ++head) {
-    // S_[c-1] and z_[c-1]: the sums over every chunk before this one
-    std::vector<double> s(m * d_v), z(m);
-    for (std::size_t c = 0; c < m; ++c) {
-      z[c] = state.z(head, c);
-      for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] = state.s(head, c, e);
-    }
+    RunningSums sums(state, head, m, d_v);  // S_[c-1] and z_[c-1]: the sums over every chunk before this one
     for (std::size_t start = 0; start < n; start += chunk_size) {
       const std::size_t end = std::min(n, start + chunk_size);
       for (std::size_t i = start; i < end; ++i) {
-        std::vector<double> phi_q(m), numerator(d_v, 0.0);
+        std::vector<double> numerator(d_v, 0.0);
         double denominator = 0.0;
         // inter-chunk: scale phi(q_i)^T S_[c-1] and scale phi(q_i)^T z_[c-1]
-        for (std::size_t c = 0; c < m; ++c) {
-          phi_q[c] = cfg.scale * phi(q(head, i, c), cfg.feature_map);
-          denominator += phi_q[c] * z[c];
-          for (std::size_t e = 0; e < d_v; ++e) numerator[e] += phi_q[c] * s[c * d_v + e];
-        }
+        sums.read(q, head, i, cfg, numerator, denominator);
         // intra-chunk: (phi(Q) phi(K)^T o M) V over the chunk's positions j <= i
         for (std::size_t j = start; j <= i; ++j) {
           double a = 0.0;
-          for (std::size_t c = 0; c < m; ++c) a += phi_q[c] * phi(k(head, j, c), cfg.feature_map);
+          for (std::size_t c = 0; c < m; ++c)
+            a += cfg.scale * phi(q(head, i, c), cfg.feature_map) * phi(k(head, j, c), cfg.feature_map);
           denominator += a;
           for (std::size_t e = 0; e < d_v; ++e) numerator[e] += a * v(head, j, e);
         }
         write_row(fn, cfg, numerator, denominator, &o(head, i, 0), head, i);
       }
       // S_[c] = S_[c-1] + phi(K_[c])^T V_[c],  z_[c] = z_[c-1] + phi(K_[c])^T 1
-      for (std::size_t j = start; j < end; ++j)
-        for (std::size_t c = 0; c < m; ++c) {
-          const double phi_k = phi(k(head, j, c), cfg.feature_map);
-          z[c] += phi_k;
-          for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] += phi_k * v(head, j, e);
-        }
+      for (std::size_t j = start; j < end; ++j) sums.add(k, v, head, j, cfg.feature_map);
     }
-    for (std::size_t c = 0; c < m; ++c) {
-      next.z(head, c) = static_cast<float>(z[c]);
-      for (std::size_t e = 0; e < d_v; ++e) next.s(head, c, e) = static_cast<float>(s[c * d_v + e]);
-    }
+    sums.store(next, head);
   }
   state = next;
   return o;
