@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tvlab/core/error.hpp"
+#include "tvlab/student/delta_rule.hpp"
 #include "tvlab/student/linear_attention.hpp"
 
 namespace tvlab::student {
@@ -67,6 +68,57 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
     }
   }
   state = next;
+  return o;
+  // END EXERCISE
+}
+
+Tensor1 gated_delta_rule_step(Tensor2& state, const Tensor1& q, const Tensor1& k, const Tensor1& v, double beta,
+                              const Tensor1& log_gate, double scale) {
+  // BEGIN EXERCISE 06.2 "one token of the gated delta rule: decay, predict with the decayed state, write, read" "The delta-rule family: one recurrence"
+  const char* fn = "gated_delta_rule_step";
+  require(state.dimension() == 2 && state.size() > 0, fn, "state must be a non-empty [d_k, d_v] matrix");
+  const std::size_t d_k = state.shape()[0], d_v = state.shape()[1];
+  require_dim(fn, "q", q, 0, "length", d_k, "the rows d_k of state");
+  require_dim(fn, "k", k, 0, "length", d_k, "the rows d_k of state");
+  require_dim(fn, "v", v, 0, "length", d_v, "the columns d_v of state");
+  require_dim(fn, "log_gate", log_gate, 0, "length", d_k, "the rows d_k of state");
+  require_finite(fn, "state", state);
+  require_finite(fn, "q", q);
+  require_finite(fn, "k", k);
+  require_finite(fn, "v", v);
+  require_finite(fn, "log_gate", log_gate);
+  require(beta >= 0.0 && beta <= 1.0, fn, "beta (", beta, ") must be in [0, 1]");
+  require(std::isfinite(scale) && scale > 0.0, fn, "scale (", scale, ") must be positive and finite");
+  for (std::size_t i = 0; i < d_k; ++i)
+    require(log_gate(i) <= 0.0f, fn, "log_gate (", log_gate(i), " at ", i, ") must be <= 0: a gate e^g above 1 would grow the state");
+  // decay: S~ = diag(e^g) S, row i scaled by alpha_i = e^{g_i}
+  std::vector<double> s(d_k * d_v);
+  for (std::size_t i = 0; i < d_k; ++i)
+    for (std::size_t e = 0; e < d_v; ++e) s[i * d_v + e] = std::exp(static_cast<double>(log_gate(i))) * state(i, e);
+  // predict and correct: u = beta (v - S~^T k)
+  std::vector<double> u(d_v);
+  for (std::size_t e = 0; e < d_v; ++e) {
+    double prediction = 0.0;
+    for (std::size_t i = 0; i < d_k; ++i) prediction += s[i * d_v + e] * k(i);
+    u[e] = beta * (v(e) - prediction);
+  }
+  // write: S = S~ + k u^T
+  for (std::size_t i = 0; i < d_k; ++i)
+    for (std::size_t e = 0; e < d_v; ++e) s[i * d_v + e] += static_cast<double>(k(i)) * u[e];
+  // read: o = S^T (scale q)
+  Tensor1 o = Tensor1::from_shape({d_v});
+  for (std::size_t e = 0; e < d_v; ++e) {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < d_k; ++i) sum += s[i * d_v + e] * scale * q(i);
+    require(std::isfinite(sum) && std::fabs(sum) <= 3.4e38, fn, "the output is beyond float's range: the state diverged "
+            "(keys of norm above sqrt(2 / beta) make the delta rule unstable)");
+    o(e) = static_cast<float>(sum);
+  }
+  for (const double x : s)
+    require(std::fabs(x) <= 3.4e38, fn, "the state is beyond float's range: the state diverged "
+            "(keys of norm above sqrt(2 / beta) make the delta rule unstable)");
+  for (std::size_t i = 0; i < d_k; ++i)
+    for (std::size_t e = 0; e < d_v; ++e) state(i, e) = static_cast<float>(s[i * d_v + e]);
   return o;
   // END EXERCISE
 }
