@@ -123,4 +123,32 @@ Tensor1 gated_delta_rule_step(Tensor2& state, const Tensor1& q, const Tensor1& k
   // END EXERCISE
 }
 
+Tensor2 ut_transform_solve(const Tensor2& a, const Tensor1& beta, const Tensor2& w) {
+  // BEGIN EXERCISE 06.3 "the UT transform: the unit lower-triangular solve inside a chunk of the delta rule" "Chunks: the WY form and the UT transform"
+  const char* fn = "ut_transform_solve";
+  require(a.size() > 0 && a.shape()[0] == a.shape()[1], fn, "a must be a non-empty square [C, C] matrix");
+  const std::size_t c = a.shape()[0], d_v = w.shape()[1];
+  require_dim(fn, "beta", beta, 0, "length", c, "the C of a");
+  require_dim(fn, "w", w, 0, "rows", c, "the C of a");
+  require_finite(fn, "a", a);
+  require_finite(fn, "w", w);
+  for (std::size_t i = 0; i < c; ++i)
+    require(beta(i) >= 0.0f && beta(i) <= 1.0f, fn, "beta (", beta(i), " at ", i, ") must be in [0, 1]");
+  // u_i = beta_i (w_i - sum_{j < i} A_ij u_j): row i uses only the rows already solved
+  std::vector<double> u(c * d_v);
+  for (std::size_t i = 0; i < c; ++i)
+    for (std::size_t e = 0; e < d_v; ++e) {
+      double sum = w(i, e);
+      for (std::size_t j = 0; j < i; ++j) sum -= static_cast<double>(a(i, j)) * u[j * d_v + e];
+      u[i * d_v + e] = beta(i) * sum;
+    }
+  Tensor2 out = Tensor2::from_shape({c, d_v});
+  for (std::size_t i = 0; i < c * d_v; ++i) {
+    require(std::isfinite(u[i]) && std::fabs(u[i]) <= 3.4e38, fn, "the solution is beyond float's range");
+    out.data()[i] = static_cast<float>(u[i]);
+  }
+  return out;
+  // END EXERCISE
+}
+
 }  // namespace tvlab::student

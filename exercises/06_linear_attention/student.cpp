@@ -4,7 +4,7 @@
 // lines: `make reset-exercise EXERCISE=NN.M` finds an exercise by them and puts its stub back
 // (your version is saved beside this file as student.cpp.<date-time>.bak).
 // Made from solution.cpp by scripts/make_student.py, which does not overwrite your work.
-// stub fingerprint: 882f3da220cba18c
+// stub fingerprint: a907b8b45704a350
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +28,12 @@ Tensor1 gated_delta_rule_step(Tensor2& state, const Tensor1& q, const Tensor1& k
   // EXERCISE 06.2 begins: one token of the gated delta rule: decay, predict with the decayed state, write, read. Replace the throw with your code.
   throw tvlab::NotImplemented("exercise 06.2: one token of the gated delta rule: decay, predict with the decayed state, write, read; read chapters/06_linear_attention/README.md, section \"The delta-rule family: one recurrence\"");
   // EXERCISE 06.2 ends
+}
+
+Tensor2 ut_transform_solve(const Tensor2& a, const Tensor1& beta, const Tensor2& w) {
+  // EXERCISE 06.3 begins: the UT transform: the unit lower-triangular solve inside a chunk of the delta rule. Replace the throw with your code.
+  throw tvlab::NotImplemented("exercise 06.3: the UT transform: the unit lower-triangular solve inside a chunk of the delta rule; read chapters/06_linear_attention/README.md, section \"Chunks: the WY form and the UT transform\"");
+  // EXERCISE 06.3 ends
 }
 
 }  // namespace tvlab::student

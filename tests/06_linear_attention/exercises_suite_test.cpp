@@ -1,7 +1,9 @@
-// Chapter 06's exercise 06.2 (exercises/06_linear_attention/exercises.md), over its own small
-// table (the student's step; the chapter's test program runs the worked solution, the exercise
-// program the student's stub): one token of the gated delta rule, run over whole sequences and
-// compared with ref::delta_rule_recurrent for DeltaNet, Gated DeltaNet and KDA, then bad input.
+// Chapter 06's exercises 06.2 and 06.3 (exercises/06_linear_attention/exercises.md), each over its
+// own small table (the student's function; the chapter's test program runs the worked solutions,
+// the exercise program the student's stubs):
+//   06.2 one token of the gated delta rule, run over whole sequences and compared with
+//        ref::delta_rule_recurrent for DeltaNet, Gated DeltaNet and KDA, then bad input;
+//   06.3 the UT transform's triangular solve, against the corrections the recurrence computes.
 // (Exercise 06.1 is a member of the registry: linear_attention_suite_test.cpp grades it.)
 
 #include <gtest/gtest.h>
@@ -130,6 +132,108 @@ TEST_P(GatedDeltaStepExercise, bad_input_names_the_parameter) {
 
 INSTANTIATE_TEST_SUITE_P(Ch06, GatedDeltaStepExercise,
                          ::testing::ValuesIn(tvlab::testing::under_test(step_backends(), &StepBackend::step)),
+                         tvlab::testing::ImplName());
+
+// ---- 06.3, the UT transform ----
+
+using UtSolveFn = std::function<Tensor2(const Tensor2& a, const Tensor1& beta, const Tensor2& w)>;
+struct UtBackend {
+  std::string name;
+  BackendKind kind = BackendKind::student;
+  Capabilities caps;
+  UtSolveFn solve;
+};
+void PrintTo(const UtBackend& b, std::ostream* out) { *out << b.name; }
+
+const std::vector<UtBackend>& ut_backends() {
+  static const std::vector<UtBackend> all = {
+      {.name = "student", .kind = BackendKind::student, .solve = student::ut_transform_solve},
+  };
+  return all;
+}
+
+class UtTransformExercise : public ::testing::TestWithParam<UtBackend> {};
+
+// A chunk of C = 6 keys (norm <= 1) with a scalar gate and a zero starting state: the chunked
+// algorithm's U = solve(A, beta, V) must be the u_t the recurrence computes token by token (written
+// here in double); and
+// L U = diag(beta) V with L = I + StrictLower(diag(beta) A) (the residual, in double). Float
+// outputs of double sums: 1e-6 relative.
+TEST_P(UtTransformExercise, the_solve_gives_the_recurrence_s_corrections) {
+  const UtBackend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "06.3");
+  const std::size_t c = 6, d_k = 4, d_v = 3;
+  Rng rng(671);
+  Tensor2 k = rng.normal_matrix(c, d_k);
+  for (std::size_t i = 0; i < c; ++i) {
+    double norm = 0.0;
+    for (std::size_t e = 0; e < d_k; ++e) norm += k(i, e) * k(i, e);
+    for (std::size_t e = 0; e < d_k; ++e) k(i, e) /= static_cast<float>(std::max(1.0, std::sqrt(norm)));
+  }
+  const Tensor2 v = rng.normal_matrix(c, d_v);
+  Tensor1 beta = Tensor1::from_shape({c});
+  for (std::size_t i = 0; i < c; ++i) beta(i) = static_cast<float>(0.3 + 0.1 * i);
+  // a scalar log gate g_t, its cumulative sum G_t, and the decayed products A_ij = k_i . k_j e^{G_i - G_j}
+  // (not symmetric: the solve must read A_ij, not A_ji)
+  std::vector<double> g(c), cumulative(c);
+  for (std::size_t t = 0; t < c; ++t) {
+    g[t] = -0.2 - 0.05 * static_cast<double>(t);
+    cumulative[t] = (t ? cumulative[t - 1] : 0.0) + g[t];
+  }
+  Tensor2 a = xt::zeros<float>({c, c});
+  for (std::size_t i = 0; i < c; ++i)
+    for (std::size_t j = 0; j < c; ++j) {
+      double dot = 0.0;
+      for (std::size_t e = 0; e < d_k; ++e) dot += static_cast<double>(k(i, e)) * k(j, e);
+      a(i, j) = static_cast<float>(dot * std::exp(cumulative[i] - cumulative[j]));
+    }
+  const Tensor2 u = impl.solve(a, beta, v);
+  ASSERT_EQ(u.shape()[0], c);
+  ASSERT_EQ(u.shape()[1], d_v);
+  // the recurrence's corrections, in double: S~ = e^{g_t} S, u_t = beta_t (v_t - S~^T k_t), S = S~ + k_t u_t^T
+  std::vector<double> state(d_k * d_v, 0.0), got, want;
+  for (std::size_t t = 0; t < c; ++t) {
+    for (double& x : state) x *= std::exp(g[t]);
+    for (std::size_t e = 0; e < d_v; ++e) {
+      double prediction = 0.0;
+      for (std::size_t i = 0; i < d_k; ++i) prediction += state[i * d_v + e] * k(t, i);
+      const double u_t = beta(t) * (v(t, e) - prediction);
+      for (std::size_t i = 0; i < d_k; ++i) state[i * d_v + e] += k(t, i) * u_t;
+      got.push_back(u(t, e));
+      want.push_back(u_t);
+    }
+  }
+  EXPECT_LT(relative_rms(got, want), 1e-6)
+      << "U must be the recurrence's corrections u_t = beta_t (v_t - S_{t-1}^T k_t): row i of U needs the rows "
+      << "j < i already solved, u_i = beta_i (w_i - sum_{j<i} A_ij u_j); the usual mistakes: j <= i (the "
+      << "diagonal of A is not part of the solve), beta applied to the sum's terms but not to w_i";
+  // residual of L U = diag(beta) W
+  std::vector<double> lhs, rhs;
+  for (std::size_t i = 0; i < c; ++i)
+    for (std::size_t e = 0; e < d_v; ++e) {
+      double x = u(i, e);
+      for (std::size_t j = 0; j < i; ++j) x += static_cast<double>(beta(i)) * a(i, j) * u(j, e);
+      lhs.push_back(x);
+      rhs.push_back(static_cast<double>(beta(i)) * v(i, e));
+    }
+  EXPECT_LT(relative_rms(lhs, rhs), 1e-6) << "(I + StrictLower(diag(beta) A)) U = diag(beta) W";
+}
+
+TEST_P(UtTransformExercise, bad_input_names_the_parameter) {
+  const UtBackend& impl = GetParam();
+  TVLAB_EXERCISE(impl, "06.3");
+  Rng rng(672);
+  const Tensor2 a = rng.normal_matrix(3, 3), w = rng.normal_matrix(3, 2);
+  const Tensor1 beta = {0.5f, 0.5f, 0.5f};
+  const std::string fn = "ut_transform_solve";
+  EXPECT_TRUE(throws_error_naming([&] { impl.solve(rng.normal_matrix(3, 4), beta, w); }, {fn, "a"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.solve(a, Tensor1{0.5f, 0.5f}, w); }, {fn, "beta"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.solve(a, Tensor1{0.5f, 1.5f, 0.5f}, w); }, {fn, "beta"}));
+  EXPECT_TRUE(throws_error_naming([&] { impl.solve(a, beta, rng.normal_matrix(4, 2)); }, {fn, "w"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch06, UtTransformExercise,
+                         ::testing::ValuesIn(tvlab::testing::under_test(ut_backends(), &UtBackend::solve)),
                          tvlab::testing::ImplName());
 
 }  // namespace

@@ -22,4 +22,15 @@ namespace tvlab::student {
 Tensor1 gated_delta_rule_step(Tensor2& state, const Tensor1& q, const Tensor1& k, const Tensor1& v, double beta,
                               const Tensor1& log_gate, double scale);
 
+/// @ingroup ch06
+/// Exercise 06.3: the triangular solve inside a chunk of the chunked delta rule (the UT transform,
+/// `ref::delta_rule_chunked`). For a chunk of C positions, with A `[C, C]` the (decayed) key products
+/// \f$ A_{ij} = k_i^\top k_j \f$ (only \f$ j < i \f$ is used), the writing strengths \f$ \beta \f$ `[C]` and
+/// the right-hand side W `[C, d_v]` (\f$ V - (K \odot e^G) S_0 \f$ in the chunked algorithm), returns U
+/// `[C, d_v]` with
+/// \f[ \big(I + \mathrm{StrictLower}(\mathrm{diag}(\beta)\, A)\big)\, U = \mathrm{diag}(\beta)\, W, \qquad
+///     u_i = \beta_i \Big(w_i - \sum_{j < i} A_{ij}\, u_j\Big), \f]
+/// by forward substitution (row i needs only the rows before it).
+Tensor2 ut_transform_solve(const Tensor2& a, const Tensor1& beta, const Tensor2& w);
+
 }  // namespace tvlab::student
