@@ -276,14 +276,15 @@ void sgemm_transposed_a(std::size_t m, std::size_t n, std::size_t k, const float
 
 // One head's buffers for chunks of up to C positions.
 struct ChunkBuffers {
-  std::vector<double> G;                  // [C, w]: cumulative log gates (w = 1 scalar, d_k per channel)
+  std::vector<double> G;                  // [C, w]: cumulative log gates (w = 1 scalar or none, d_k per channel)
   std::vector<float> decayed_k, decayed_q, k_to_end;  // [C, d_k]
   std::vector<float> A, P;                // [C, C]
   std::vector<float> U;                   // [C, d_v]
   std::vector<float> pair;                // [d_k]: one pair's decay factors, or a row's
+  std::vector<float> to_start, to_end;    // [C, w]: e^{G_i} and e^{G_L - G_i}
   ChunkBuffers(std::size_t C, std::size_t d_k, std::size_t d_v, std::size_t w)
-      : G(C * w), decayed_k(C * d_k), decayed_q(C * d_k), k_to_end(C * d_k), A(C * C), P(C * C), U(C * d_v),
-        pair(std::max(C, d_k)) {}
+      : G(C * w, 0.0), decayed_k(C * d_k), decayed_q(C * d_k), k_to_end(C * d_k), A(C * C), P(C * C), U(C * d_v),
+        pair(std::max(C, d_k)), to_start(C * w), to_end(C * w) {}
 };
 
 // Within a chunk of L positions: A_ij = sum_c k_i[c] k_j[c] e^{G_i[c] - G_j[c]} for j < i (0 on and
@@ -369,15 +370,28 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
                               : w > 1 ? gate.per_channel.data() + (head * n + start) * d_k : nullptr;
       for (std::size_t i = 0; i < L && w > 0; ++i)
         for (std::size_t c = 0; c < w; ++c) b.G[i * w + c] = (i > 0 ? b.G[(i - 1) * w + c] : 0.0) + g[i * w + c];
-      // K o e^{G}, Q o e^{G} and K o e^{G_L - G}: every factor at most 1
+      // K o e^{G}, Q o e^{G} and K o e^{G_L - G}: every factor at most 1, one per row (scalar gate, or
+      // no gate: G = 0) or per entry (per channel); the exponents as float differences taken in double
+      const std::size_t wg = std::max<std::size_t>(w, 1);
+      const double* G_L = b.G.data() + (L - 1) * wg;
       for (std::size_t i = 0; i < L; ++i)
-        for (std::size_t c = 0; c < d_k; ++c) {
-          const double G_ic = w == 0 ? 0.0 : b.G[i * w + (w == 1 ? 0 : c)];
-          const double G_Lc = w == 0 ? 0.0 : b.G[(L - 1) * w + (w == 1 ? 0 : c)];
-          b.decayed_k[i * d_k + c] = static_cast<float>(std::exp(G_ic)) * kc[i * d_k + c];
-          b.decayed_q[i * d_k + c] = static_cast<float>(std::exp(G_ic)) * qc[i * d_k + c];
-          b.k_to_end[i * d_k + c] = static_cast<float>(std::exp(G_Lc - G_ic)) * kc[i * d_k + c];
+        for (std::size_t c = 0; c < wg; ++c) {
+          b.to_start[i * wg + c] = static_cast<float>(b.G[i * wg + c]);
+          b.to_end[i * wg + c] = static_cast<float>(G_L[c] - b.G[i * wg + c]);
         }
+      exp_in_place(b.to_start.data(), L * wg);
+      exp_in_place(b.to_end.data(), L * wg);
+      for (std::size_t i = 0; i < L; ++i) {
+        const float* start_i = b.to_start.data() + i * wg;
+        const float* end_i = b.to_end.data() + i * wg;
+        const std::size_t step = wg == 1 ? 0 : 1;  // a scalar factor repeated in every channel
+#pragma omp simd
+        for (std::size_t c = 0; c < d_k; ++c) {
+          b.decayed_k[i * d_k + c] = start_i[c * step] * kc[i * d_k + c];
+          b.decayed_q[i * d_k + c] = start_i[c * step] * qc[i * d_k + c];
+          b.k_to_end[i * d_k + c] = end_i[c * step] * kc[i * d_k + c];
+        }
+      }
       pair_products(L, d_k, w, qc, kc, b);
       // W = diag(beta) (V - (K o e^G) S_0) (diag(beta) V without the delta rule)
       std::copy_n(vc, L * d_v, b.U.data());
@@ -404,7 +418,7 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
       // S_L = diag(e^{G_L}) S_0 + (K o e^{G_L - G})^T U: the next chunk's S_0
       if (w > 0)
         for (std::size_t c = 0; c < d_k; ++c) {
-          const auto decay = static_cast<float>(std::exp(b.G[(L - 1) * w + (w == 1 ? 0 : c)]));
+          const auto decay = static_cast<float>(std::exp(G_L[w == 1 ? 0 : c]));
           float* row = s + c * d_v;
 #pragma omp simd
           for (std::size_t e = 0; e < d_v; ++e) row[e] *= decay;
