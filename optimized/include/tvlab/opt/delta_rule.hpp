@@ -61,9 +61,9 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
 /// \f$ + 2 L d_k d_v + 2 L^2 d_v \f$ (O). The \f$ L^2 \f$ terms grow with C, the others do not,
 /// while single-threaded SGEMM stays efficient down to blocks of 16 x 16: on the chapter's
 /// benchmark CPU (2 cores, AVX-512; Gated DeltaNet, 8 heads, T = 4096) C = 16 and C = 32 are the
-/// fastest (38 ms at d_k = d_v = 128, 15 ms at 64, 55% of SGEMM's GFLOP/s at d = 128) and C = 64 is
-/// 15-40% slower, although it reaches the highest GFLOP/s (it does more flops); flash-linear-attention's kernels, written for GPUs,
-/// use C = 64. The tokenwise recurrence above takes 47 ms at d = 128 and 13 ms at d = 64 on the
+/// fastest (38 ms at d_k = d_v = 128, 15 ms at 64, 55% of SGEMM's GFLOP/s at d = 128) and C = 64
+/// is 15-40% slower, although it reaches the highest GFLOP/s (it does more flops);
+/// flash-linear-attention's kernels, written for GPUs, use C = 64. The tokenwise recurrence above takes 47 ms at d = 128 and 13 ms at d = 64 on the
 /// same inputs: on two cores the chunked form wins at d = 128, not at d = 64. Same contract as
 /// `ref::delta_rule_chunked`.
 /// @param chunk_size C >= 1; the last chunk may be shorter, and C > T is one chunk
