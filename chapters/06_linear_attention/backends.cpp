@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/opt/delta_rule.hpp"
 #include "tvlab/opt/linear_attention.hpp"
 #include "tvlab/ref/delta_rule.hpp"
 #include "tvlab/ref/linear_attention.hpp"
@@ -24,7 +25,9 @@ const std::vector<Backend>& backends() {
        .linear_attention = opt::linear_attention,
        .causal_parallel = opt::causal_linear_attention_parallel,
        .causal_recurrent = opt::causal_linear_attention_recurrent,
-       .causal_chunked = opt::causal_linear_attention_chunked},
+       .causal_chunked = opt::causal_linear_attention_chunked,
+       .delta_recurrent = opt::delta_rule_recurrent,
+       .delta_chunked = opt::delta_rule_chunked},
       // Exercise 06.1, the causal recurrence with its normaliser.
       {.name = "student", .kind = BackendKind::student, .causal_recurrent = student::causal_linear_attention_recurrent},
   };

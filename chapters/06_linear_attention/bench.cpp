@@ -33,9 +33,11 @@
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/core/xt.hpp"
+#include "tvlab/opt/delta_rule.hpp"
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/linear_attention.hpp"
+#include "tvlab/ref/delta_rule.hpp"
 #include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/linear_attention.hpp"
@@ -280,6 +282,8 @@ void decode_softmax(benchmark::State& state) {
 
 }  // namespace
 
+void register_delta_rule_benchmarks();
+
 void register_benchmarks() {
   add_openblas_sgemm({1024});
   const std::vector<std::int64_t> lengths{256, 1024, 4096, 16384}, dims{64, 128};
@@ -306,6 +310,109 @@ void register_benchmarks() {
   });
   benchmark::AddCustomContext("heads", "8");
   benchmark::AddCustomContext("feature_map", "elu_plus_one, normalised");
+  register_delta_rule_benchmarks();
+}
+
+// ------------------------------------------------------------------ the delta rule
+//
+// Gated DeltaNet (the delta rule, a scalar gate, q and k L2-normalised), 8 heads, d_k = d_v = d in
+// {64, 128}, T in {256, 1024, 4096}:
+// - delta_ref_recurrent: `ref::delta_rule_recurrent` (double loops), up to T = 1024;
+// - delta_opt_recurrent: `opt::delta_rule_recurrent`, token by token;
+// - delta_opt_chunked: `opt::delta_rule_chunked`, chunks of C = 16, 32, 64.
+// Every result is validated against the reference's recurrence before it is timed.
+
+namespace {
+
+// Per token and head: the prediction S^T k, the rank-1 update k u^T and the readout S^T q, d_k d_v
+// multiply-adds each: 6 d_k d_v flops (the decay's d_k d_v multiplications are not counted).
+double delta_recurrent_flops(std::size_t n, std::size_t d) { return 6.0 * static_cast<double>(kHeads * n * d * d); }
+
+// Chunked, per chunk of C positions (d_k = d_v = d), the products as the SGEMMs compute them (masked
+// halves included): K K^T and Q K^T, 2 C^2 d_k each; the triangular solve, C^2 d_v; W = V - (K o e^G) S_0,
+// 2 C d_k d_v; O = (Q o e^G) S_0 + P U, 2 C d_k d_v + 2 C^2 d_v; the state (K o e^{G_C - G})^T U,
+// 2 C d_k d_v: 6 C d^2 + 7 C^2 d per chunk, over T / C chunks.
+double delta_chunked_flops(std::size_t n, std::size_t d, std::size_t chunk) {
+  const double c = static_cast<double>(std::min(chunk, n)), dd = static_cast<double>(d);
+  return static_cast<double>(kHeads) * static_cast<double>(n) / c * (6.0 * c * dd * dd + 7.0 * c * c * dd);
+}
+
+// Gated DeltaNet's inputs: q, k, v ~ N(0, 1) [8, T, d], beta ~ U[0, 1), log gates log(alpha) with
+// alpha ~ U[0.9, 1), and the reference's outputs (its recurrence, from a zero state), kept per shape.
+struct DeltaPrefill {
+  std::size_t n = 0, d = 0;
+  Tensor3 q, k, v;
+  Tensor2 beta;
+  DeltaRuleGate gate;
+  DeltaRuleConfig cfg;
+  Tensor3 expected;
+};
+
+const DeltaPrefill& delta_prefill_for(std::size_t n, std::size_t d) {
+  static std::map<std::pair<std::size_t, std::size_t>, DeltaPrefill> shapes;
+  DeltaPrefill& held = shapes[{n, d}];
+  if (held.n == n && held.d == d) return held;
+  Rng rng(616 + n + d);
+  held.q = rng.normal_tensor(kHeads, n, d);
+  held.k = rng.normal_tensor(kHeads, n, d);
+  held.v = rng.normal_tensor(kHeads, n, d);
+  held.beta = Tensor2::from_shape({kHeads, n});
+  for (auto& b : held.beta) b = static_cast<float>(rng.uniform());
+  held.gate.scalar = Tensor2::from_shape({kHeads, n});
+  for (auto& g : held.gate.scalar) g = static_cast<float>(std::log(rng.uniform(0.9, 1.0)));
+  held.cfg.l2_normalize_qk = true;
+  held.expected = ref::delta_rule_recurrent(held.q, held.k, held.v, held.beta, held.gate, held.cfg).o;
+  held.n = n;
+  held.d = d;
+  return held;
+}
+
+// The tests' tolerance (opt_delta_rule_test.cpp): float sums of T d products, reduction_rtol(T d) of
+// the outputs' scale, here per element against max|ref|; `rel_err` reports max|opt - ref| / max|ref|.
+bool validate_delta(benchmark::State& state, const Tensor3& got, const DeltaPrefill& in) {
+  const double max_ref = static_cast<double>(xt::amax(xt::abs(in.expected))());
+  const double max_err = static_cast<double>(xt::amax(xt::abs(got - in.expected))());
+  state.counters["rel_err"] = max_err / max_ref;
+  const double rtol = reduction_rtol(in.n * in.d);
+  return validate(state, got, in.expected, Tolerance{rtol * max_ref + 1e-7, rtol});
+}
+
+// args: T, d.
+void delta_recurrent(benchmark::State& state, bool optimized) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const DeltaPrefill& in = delta_prefill_for(n, d);
+  auto run = [&] {
+    return optimized ? opt::delta_rule_recurrent(in.q, in.k, in.v, in.beta, in.gate, in.cfg)
+                     : ref::delta_rule_recurrent(in.q, in.k, in.v, in.beta, in.gate, in.cfg);
+  };
+  if (!validate_delta(state, run().o, in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(delta_recurrent_flops(n, d));
+}
+
+// args: T, d, C.
+void delta_chunked(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const auto chunk = static_cast<std::size_t>(state.range(2));
+  const DeltaPrefill& in = delta_prefill_for(n, d);
+  auto run = [&] { return opt::delta_rule_chunked(in.q, in.k, in.v, in.beta, in.gate, in.cfg, chunk); };
+  if (!validate_delta(state, run().o, in)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(delta_chunked_flops(n, d, chunk));
+}
+
+}  // namespace
+
+// Registered after the linear-attention benchmarks (and the SGEMM they are compared with).
+void register_delta_rule_benchmarks() {
+  const std::vector<std::int64_t> dims{64, 128};
+  add_benchmark("delta_ref_recurrent", [](benchmark::State& s) { delta_recurrent(s, false); },
+                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024}, dims}); });
+  add_benchmark("delta_opt_recurrent", [](benchmark::State& s) { delta_recurrent(s, true); },
+                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024, 4096}, dims}); });
+  add_benchmark("delta_opt_chunked", delta_chunked, [&](Benchmark* b) {
+    b->ArgNames({"T", "d", "C"})->ArgsProduct({{256, 1024, 4096}, dims, {16, 32, 64}});
+  });
 }
 
 }  // namespace tvlab::bench

@@ -177,6 +177,11 @@ void store_state(const std::vector<double>& s, std::size_t head, Tensor3& state)
 
 }  // namespace
 
+void validate_delta_rule(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
+                         const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state) {
+  validate(fn, q, k, v, beta, gate, cfg, initial_state);
+}
+
 DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
                                      const DeltaRuleGate& gate, const DeltaRuleConfig& cfg,
                                      const Tensor3& initial_state) {

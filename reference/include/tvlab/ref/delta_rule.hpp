@@ -66,4 +66,12 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
                                    const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, std::size_t chunk_size,
                                    const Tensor3& initial_state = Tensor3::from_shape({0, 0, 0}));
 
+/// @ingroup ch06
+/// The input checks both functions above start with (shapes, finiteness, beta in [0, 1], log gates
+/// <= 0, one gate at most, the scale), under the name `fn`; public so that other implementations
+/// of the family reject the same inputs with the same messages. The zero q or k row that
+/// `cfg.l2_normalize_qk` cannot divide is found later, when the rows are normalised.
+void validate_delta_rule(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
+                         const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state);
+
 }  // namespace tvlab::ref

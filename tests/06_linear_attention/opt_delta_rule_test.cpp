@@ -1,0 +1,220 @@
+// Chapter 06, the optimized delta-rule family (opt::delta_rule_recurrent and opt::delta_rule_chunked)
+// against the double reference: every member of the family, d_v != d_k, a non-zero initial state,
+// ragged chunks and chunk sizes from 1 to T; the same errors as the reference.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../common/testing.hpp"
+#include "tvlab/core/compare.hpp"
+#include "tvlab/core/rng.hpp"
+#include "tvlab/opt/delta_rule.hpp"
+#include "tvlab/ref/delta_rule.hpp"
+
+namespace tvlab::opt {
+namespace {
+
+using tvlab::testing::throws_error_naming;
+
+struct Problem {
+  Tensor3 q, k, v;
+  Tensor2 beta;
+  DeltaRuleGate gate;
+  DeltaRuleConfig cfg;
+  Tensor3 s0 = Tensor3::from_shape({0, 0, 0});
+};
+
+enum class Gate { none, scalar, per_channel };
+
+// q, k, v ~ N(0, 1), beta ~ U[0, 1), log gates log(alpha) with alpha ~ U[0.5, 1), S_0 ~ N(0, 0.25).
+Problem random_problem(unsigned long long seed, std::size_t h, std::size_t n, std::size_t d_k, std::size_t d_v,
+                       Gate gate, bool with_state) {
+  Rng rng(seed);
+  Problem p;
+  p.q = rng.normal_tensor(h, n, d_k);
+  p.k = rng.normal_tensor(h, n, d_k);
+  p.v = rng.normal_tensor(h, n, d_v);
+  p.beta = Tensor2::from_shape({h, n});
+  for (auto& b : p.beta) b = static_cast<float>(rng.uniform());
+  if (gate == Gate::scalar) {
+    p.gate.scalar = Tensor2::from_shape({h, n});
+    for (auto& g : p.gate.scalar) g = static_cast<float>(std::log(rng.uniform(0.5, 1.0)));
+  }
+  if (gate == Gate::per_channel) {
+    p.gate.per_channel = Tensor3::from_shape({h, n, d_k});
+    for (auto& g : p.gate.per_channel) g = static_cast<float>(std::log(rng.uniform(0.5, 1.0)));
+  }
+  if (with_state) p.s0 = rng.normal_tensor(h, d_k, d_v, 0.0, 0.5);
+  return p;
+}
+
+// ||x - ref|| / ||ref|| over every element.
+double relative_rms_error(const Tensor3& actual, const Tensor3& expected) {
+  EXPECT_EQ(shape_of(actual), shape_of(expected));
+  double error = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double diff = static_cast<double>(actual.data()[i]) - expected.data()[i];
+    error += diff * diff;
+    norm += static_cast<double>(expected.data()[i]) * expected.data()[i];
+  }
+  return std::sqrt(error / norm);
+}
+
+// The tolerance. The optimized forms sum in float: an output or a state entry is a sum over the
+// positions so far and the d_k channels, T d_k products, and carries reduction_rtol(T d_k) =
+// 10 eps sqrt(T d_k) of it (the state's update is a contraction for keys of norm <= 1 and beta in
+// [0, 1], so older roundings do not grow; the unnormalised DeltaNet member keeps beta ||k||^2 < 1).
+// The chunked form's solve adds one more float sum of length C per entry, inside the same bound.
+// A wrong algorithm (a missing beta, the decay after the prediction, a mask off by one) moves the
+// result by orders of magnitude more.
+double tolerance(std::size_t n, std::size_t d_k) { return reduction_rtol(n * d_k); }
+
+struct Member {
+  const char* name;
+  Gate gate;
+  bool delta;
+  bool l2_normalize;
+  double key_scale;
+};
+const Member kMembers[] = {
+    {"linear attention", Gate::none, false, false, 0.3},
+    {"decayed linear attention (scalar gate)", Gate::scalar, false, false, 1.0},
+    {"GLA (per-channel gate)", Gate::per_channel, false, false, 1.0},
+    {"DeltaNet", Gate::none, true, true, 1.0},
+    {"DeltaNet, short unnormalised keys", Gate::none, true, false, 0.1},
+    {"Gated DeltaNet", Gate::scalar, true, true, 1.0},
+    {"KDA", Gate::per_channel, true, true, 1.0},
+};
+
+// Checks opt's recurrent and chunked forms against the reference's recurrence on `p`.
+void expect_matches_reference(const Problem& p, const std::vector<std::size_t>& chunks) {
+  const std::size_t n = p.q.shape()[1], d_k = p.q.shape()[2];
+  const DeltaRuleOutput expected = ref::delta_rule_recurrent(p.q, p.k, p.v, p.beta, p.gate, p.cfg, p.s0);
+  const double tol = tolerance(n, d_k);
+  const DeltaRuleOutput recurrent = delta_rule_recurrent(p.q, p.k, p.v, p.beta, p.gate, p.cfg, p.s0);
+  EXPECT_LE(relative_rms_error(recurrent.o, expected.o), tol) << "recurrent, o";
+  EXPECT_LE(relative_rms_error(recurrent.state, expected.state), tol) << "recurrent, state";
+  for (std::size_t chunk : chunks) {
+    const DeltaRuleOutput chunked = delta_rule_chunked(p.q, p.k, p.v, p.beta, p.gate, p.cfg, chunk, p.s0);
+    EXPECT_LE(relative_rms_error(chunked.o, expected.o), tol) << "chunked, C = " << chunk << ", o";
+    EXPECT_LE(relative_rms_error(chunked.state, expected.state), tol) << "chunked, C = " << chunk << ", state";
+  }
+}
+
+// h = 3, T = 70 (ragged for C = 16 and 64), d_k = 20 and d_v = 37 (past a SIMD register, neither a
+// multiple of the other), a non-zero S_0; chunks of 1, 16, 64, T and more than T.
+TEST(Ch06OptDeltaRule, every_member_matches_the_reference) {
+  unsigned long long seed = 650;
+  for (const Member& member : kMembers) {
+    SCOPED_TRACE(member.name);
+    Problem p = random_problem(++seed, 3, 70, 20, 37, member.gate, /*with_state=*/true);
+    p.k *= static_cast<float>(member.key_scale);
+    p.cfg.delta = member.delta;
+    p.cfg.l2_normalize_qk = member.l2_normalize;
+    expect_matches_reference(p, {1, 16, 64, 70, 100});
+  }
+}
+
+// Gated DeltaNet at the benchmark's width (d_k = d_v = 128, several column blocks of S) and a
+// longer sequence, without an initial state.
+TEST(Ch06OptDeltaRule, gated_deltanet_at_width_128_matches_the_reference) {
+  Problem p = random_problem(660, 2, 300, 128, 128, Gate::scalar, false);
+  p.cfg.l2_normalize_qk = true;
+  expect_matches_reference(p, {32, 64});
+}
+
+// A gate of e^{-10^4} = 0 inside a chunk: the chunked form uses e^{G_i - G_j} (never e^{G_i} e^{-G_j},
+// 0 * inf) and forgets as the recurrence does.
+TEST(Ch06OptDeltaRule, a_gate_of_zero_inside_a_chunk_matches_the_reference) {
+  for (Gate kind : {Gate::scalar, Gate::per_channel}) {
+    Problem p = random_problem(661, 2, 40, 8, 5, kind, true);
+    p.cfg.l2_normalize_qk = true;
+    if (kind == Gate::scalar) xt::view(p.gate.scalar, xt::all(), 13) = -1e4f;
+    if (kind == Gate::per_channel) xt::view(p.gate.per_channel, xt::all(), 13, xt::all()) = -1e4f;
+    expect_matches_reference(p, {16});
+  }
+}
+
+// A small valid problem for the error paths.
+Problem valid_problem() { return random_problem(662, 2, 6, 3, 4, Gate::none, true); }
+
+// opt and ref reject `p` alike: both messages name the function and every needle.
+void expect_both_reject(const Problem& p, const std::vector<std::string>& needles) {
+  auto with = [&](const char* fn) {
+    std::vector<std::string> all = needles;
+    all.push_back(fn);
+    return all;
+  };
+  EXPECT_TRUE(throws_error_naming([&] { delta_rule_recurrent(p.q, p.k, p.v, p.beta, p.gate, p.cfg, p.s0); },
+                                  with("delta_rule_recurrent")));
+  EXPECT_TRUE(throws_error_naming([&] { delta_rule_chunked(p.q, p.k, p.v, p.beta, p.gate, p.cfg, 4, p.s0); },
+                                  with("delta_rule_chunked")));
+  EXPECT_TRUE(throws_error_naming([&] { ref::delta_rule_recurrent(p.q, p.k, p.v, p.beta, p.gate, p.cfg, p.s0); },
+                                  with("delta_rule_recurrent")));
+}
+
+TEST(Ch06OptDeltaRule, bad_input_gets_the_reference_errors) {
+  Problem p = valid_problem();
+  p.k = Tensor3::from_shape({2, 6, 2});
+  expect_both_reject(p, {"k has d_k 2, expected 3"});
+  p = valid_problem();
+  p.s0 = xt::zeros<float>({2, 3, 5});
+  expect_both_reject(p, {"initial_state has d_v 5, expected 4"});
+  p = valid_problem();
+  p.beta(1, 2) = 1.5f;
+  expect_both_reject(p, {"beta (1.5", "[0, 1]"});
+  p = valid_problem();
+  p.gate.per_channel = xt::zeros<float>({2, 6, 3});
+  p.gate.per_channel(0, 4, 2) = 1e-3f;
+  expect_both_reject(p, {"gate.per_channel (0.001", "must be <= 0"});
+  p = valid_problem();
+  p.v(1, 5, 3) = NAN;
+  expect_both_reject(p, {"v has a non-finite value"});
+  p = valid_problem();
+  p.cfg.scale = 0.0;
+  expect_both_reject(p, {"cfg.scale (0)"});
+  // a zero row has no direction to normalise: the first one in (head, position) order, q before k
+  p = valid_problem();
+  p.cfg.l2_normalize_qk = true;
+  xt::view(p.k, 0, 4, xt::all()) = 0.0f;
+  xt::view(p.q, 1, 2, xt::all()) = 0.0f;
+  expect_both_reject(p, {"k has a zero row at head 0, position 4", "cfg.l2_normalize_qk"});
+  p = valid_problem();
+  EXPECT_TRUE(throws_error_naming([&] { delta_rule_chunked(p.q, p.k, p.v, p.beta, p.gate, p.cfg, 0, p.s0); },
+                                  {"delta_rule_chunked", "chunk_size (0)"}));
+}
+
+// DeltaNet with keys of norm 3 and beta = 1: the update's eigenvalue along k is -8, the state leaves
+// float's range, and both forms say why, as the reference does. Scaled v: beyond float without the
+// delta rule too, with the other hint.
+TEST(Ch06OptDeltaRule, diverging_states_get_the_reference_errors) {
+  const std::size_t n = 300, d = 4;
+  Problem p = random_problem(663, 2, n, d, d, Gate::none, false);
+  p.beta = xt::ones<float>({std::size_t{2}, n});
+  for (std::size_t t = 0; t < n; ++t) {  // k_t = 3 k_t / ||k_t|| in head 1; head 0 stays short
+    const float norm = std::sqrt(static_cast<float>(xt::sum(xt::square(xt::view(p.k, 1, t, xt::all())))()));
+    xt::view(p.k, 1, t, xt::all()) *= 3.0f / norm;
+    xt::view(p.k, 0, t, xt::all()) *= 0.1f;
+  }
+  const std::vector<std::string> why = {"of head 1 grew beyond float's range", "sqrt(2/beta)", "cfg.l2_normalize_qk"};
+  EXPECT_TRUE(throws_error_naming([&] { ref::delta_rule_recurrent(p.q, p.k, p.v, p.beta, p.gate, p.cfg); }, why));
+  EXPECT_TRUE(throws_error_naming([&] { delta_rule_recurrent(p.q, p.k, p.v, p.beta, p.gate, p.cfg); }, why));
+  EXPECT_TRUE(throws_error_naming([&] { delta_rule_chunked(p.q, p.k, p.v, p.beta, p.gate, p.cfg, 16); }, why));
+
+  Problem big = random_problem(664, 1, 8, d, d, Gate::none, false);
+  big.cfg.delta = false;
+  big.v *= 1e37f;
+  big.k *= 100.0f;
+  big.beta = xt::ones<float>({std::size_t{1}, std::size_t{8}});
+  const std::vector<std::string> scale_down = {"grew beyond float's range", "scale q, k or v down"};
+  EXPECT_TRUE(throws_error_naming([&] { delta_rule_recurrent(big.q, big.k, big.v, big.beta, big.gate, big.cfg); },
+                                  scale_down));
+  EXPECT_TRUE(throws_error_naming(
+      [&] { delta_rule_chunked(big.q, big.k, big.v, big.beta, big.gate, big.cfg, 4); }, scale_down));
+}
+
+}  // namespace
+}  // namespace tvlab::opt
