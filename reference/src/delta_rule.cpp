@@ -197,8 +197,10 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
       const double* g_t = &in.g[in.at(head, t)];
       const double beta_t = beta(head, t);
       // decay: S~ = diag(e^{g_t}) S_{t-1}, row c of S times e^{g_t[c]}
-      for (std::size_t c = 0; c < d_k; ++c)
-        for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] *= std::exp(g_t[c]);
+      for (std::size_t c = 0; c < d_k; ++c) {
+        const double alpha = std::exp(g_t[c]);  // once per row, not per element
+        for (std::size_t e = 0; e < d_v; ++e) s[c * d_v + e] *= alpha;
+      }
       // predict: u_t = beta_t (v_t - S~^T k_t) with the decayed state, or beta_t v_t without the delta rule
       for (std::size_t e = 0; e < d_v; ++e) {
         double prediction = 0.0;
@@ -255,14 +257,17 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
       // W = diag(beta) (V - (K o e^G) S_0): each step's correction against the carried state alone,
       // decayed to its position (diag(beta) V without the delta rule)
       std::vector<double> U(len * d_v);
-      for (std::size_t i = 0; i < len; ++i)
+      for (std::size_t i = 0; i < len; ++i) {
+        // (K o e^G)_i, formed once for the row's d_v predictions
+        std::vector<double> decayed_k(d_k);
+        for (std::size_t c = 0; c < d_k; ++c) decayed_k[c] = kc[i * d_k + c] * std::exp(G[i * d_k + c]);
         for (std::size_t e = 0; e < d_v; ++e) {
           double prediction = 0.0;
           if (in.delta)
-            for (std::size_t c = 0; c < d_k; ++c)
-              prediction += kc[i * d_k + c] * std::exp(G[i * d_k + c]) * s[c * d_v + e];
+            for (std::size_t c = 0; c < d_k; ++c) prediction += decayed_k[c] * s[c * d_v + e];
           U[i * d_v + e] = beta(head, start + i) * (v(head, start + i, e) - prediction);
         }
+      }
       // (I + StrictLower(diag(beta) A)) U = W by forward substitution, in place:
       // u_i = w_i - beta_i sum_{j<i} A_ij u_j: the correction less what the chunk's earlier writes predict at k_i
       // (nothing to solve without the delta rule: U = W)
@@ -290,13 +295,16 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
       }
       // S_C = diag(e^{G_C}) S_0 + sum_j diag(e^{G_C - G_j}) k_j u_j^T: the next chunk's S_0
       const double* G_C = &G[(len - 1) * d_k];
-      for (std::size_t c = 0; c < d_k; ++c)
+      std::vector<double> carried_k(len);  // e^{G_C[c] - G_j[c]} k_j[c] of channel c, formed once per channel
+      for (std::size_t c = 0; c < d_k; ++c) {
+        const double alpha = std::exp(G_C[c]);
+        for (std::size_t j = 0; j < len; ++j) carried_k[j] = std::exp(G_C[c] - G[j * d_k + c]) * kc[j * d_k + c];
         for (std::size_t e = 0; e < d_v; ++e) {
-          double value = std::exp(G_C[c]) * s[c * d_v + e];
-          for (std::size_t j = 0; j < len; ++j)
-            value += std::exp(G_C[c] - G[j * d_k + c]) * kc[j * d_k + c] * U[j * d_v + e];
+          double value = alpha * s[c * d_v + e];
+          for (std::size_t j = 0; j < len; ++j) value += carried_k[j] * U[j * d_v + e];
           s[c * d_v + e] = value;
         }
+      }
       require_float_range(fn, "state", s, in, head, last);
     }
     store_state(s, head, out.state);

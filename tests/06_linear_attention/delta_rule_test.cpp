@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "delta_rule_problem.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/delta_rule.hpp"
 #include "tvlab/ref/linear_attention.hpp"
@@ -18,41 +19,11 @@
 namespace tvlab::ref {
 namespace {
 
+using tvlab::ch06_testing::Gate;
+using tvlab::ch06_testing::Problem;
+using tvlab::ch06_testing::random_problem;
+using tvlab::ch06_testing::relative_rms_error;
 using tvlab::testing::throws_error_naming;
-
-// One call's inputs.
-struct Problem {
-  Tensor3 q, k, v;
-  Tensor2 beta;
-  DeltaRuleGate gate;
-  DeltaRuleConfig cfg;
-  Tensor3 s0 = Tensor3::from_shape({0, 0, 0});
-};
-
-enum class Gate { none, scalar, per_channel };
-
-// Random inputs: q, k, v ~ N(0, 1), beta ~ U[0, 1), log gates log(alpha) with alpha ~ U[0.5, 1), and a
-// state S_0 ~ N(0, 0.25) when `with_state`.
-Problem random_problem(unsigned long long seed, std::size_t h, std::size_t n, std::size_t d_k, std::size_t d_v,
-                       Gate gate, bool with_state) {
-  Rng rng(seed);
-  Problem p;
-  p.q = rng.normal_tensor(h, n, d_k);
-  p.k = rng.normal_tensor(h, n, d_k);
-  p.v = rng.normal_tensor(h, n, d_v);
-  p.beta = Tensor2::from_shape({h, n});
-  for (auto& b : p.beta) b = static_cast<float>(rng.uniform());
-  if (gate == Gate::scalar) {
-    p.gate.scalar = Tensor2::from_shape({h, n});
-    for (auto& g : p.gate.scalar) g = static_cast<float>(std::log(rng.uniform(0.5, 1.0)));
-  }
-  if (gate == Gate::per_channel) {
-    p.gate.per_channel = Tensor3::from_shape({h, n, d_k});
-    for (auto& g : p.gate.per_channel) g = static_cast<float>(std::log(rng.uniform(0.5, 1.0)));
-  }
-  if (with_state) p.s0 = rng.normal_tensor(h, d_k, d_v, 0.0, 0.5);
-  return p;
-}
 
 struct Expected {
   DTensor3 o, state;
@@ -107,19 +78,6 @@ Expected oracle(const Problem& p) {
       for (std::size_t e = 0; e < d_v; ++e) out.state(head, a, e) = static_cast<double>(s[a][e]);
   }
   return out;
-}
-
-// ||x - ref|| / ||ref||, over every element.
-template <class A, class E>
-double relative_rms_error(const A& actual, const E& expected) {
-  EXPECT_EQ(shape_of(actual), shape_of(expected));
-  double error = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const double diff = static_cast<double>(actual.data()[i]) - static_cast<double>(expected.data()[i]);
-    error += diff * diff;
-    norm += static_cast<double>(expected.data()[i]) * expected.data()[i];
-  }
-  return std::sqrt(error / norm);
 }
 
 // The reference accumulates in double and rounds each result once to float: a relative error of at

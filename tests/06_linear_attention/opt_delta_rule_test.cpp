@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "delta_rule_problem.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/opt/delta_rule.hpp"
@@ -17,51 +18,11 @@
 namespace tvlab::opt {
 namespace {
 
+using tvlab::ch06_testing::Gate;
+using tvlab::ch06_testing::Problem;
+using tvlab::ch06_testing::random_problem;
+using tvlab::ch06_testing::relative_rms_error;
 using tvlab::testing::throws_error_naming;
-
-struct Problem {
-  Tensor3 q, k, v;
-  Tensor2 beta;
-  DeltaRuleGate gate;
-  DeltaRuleConfig cfg;
-  Tensor3 s0 = Tensor3::from_shape({0, 0, 0});
-};
-
-enum class Gate { none, scalar, per_channel };
-
-// q, k, v ~ N(0, 1), beta ~ U[0, 1), log gates log(alpha) with alpha ~ U[0.5, 1), S_0 ~ N(0, 0.25).
-Problem random_problem(unsigned long long seed, std::size_t h, std::size_t n, std::size_t d_k, std::size_t d_v,
-                       Gate gate, bool with_state) {
-  Rng rng(seed);
-  Problem p;
-  p.q = rng.normal_tensor(h, n, d_k);
-  p.k = rng.normal_tensor(h, n, d_k);
-  p.v = rng.normal_tensor(h, n, d_v);
-  p.beta = Tensor2::from_shape({h, n});
-  for (auto& b : p.beta) b = static_cast<float>(rng.uniform());
-  if (gate == Gate::scalar) {
-    p.gate.scalar = Tensor2::from_shape({h, n});
-    for (auto& g : p.gate.scalar) g = static_cast<float>(std::log(rng.uniform(0.5, 1.0)));
-  }
-  if (gate == Gate::per_channel) {
-    p.gate.per_channel = Tensor3::from_shape({h, n, d_k});
-    for (auto& g : p.gate.per_channel) g = static_cast<float>(std::log(rng.uniform(0.5, 1.0)));
-  }
-  if (with_state) p.s0 = rng.normal_tensor(h, d_k, d_v, 0.0, 0.5);
-  return p;
-}
-
-// ||x - ref|| / ||ref|| over every element.
-double relative_rms_error(const Tensor3& actual, const Tensor3& expected) {
-  EXPECT_EQ(shape_of(actual), shape_of(expected));
-  double error = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    const double diff = static_cast<double>(actual.data()[i]) - expected.data()[i];
-    error += diff * diff;
-    norm += static_cast<double>(expected.data()[i]) * expected.data()[i];
-  }
-  return std::sqrt(error / norm);
-}
 
 // The tolerance. The optimized forms sum in float: an output or a state entry is a sum over the
 // positions so far and the d_k channels, T d_k products, and carries reduction_rtol(T d_k) =
