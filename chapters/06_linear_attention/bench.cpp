@@ -1,5 +1,5 @@
 // Chapter 06's benchmarks: causal linear attention (elu+1 features, normalised, 8 heads, d = d_v =
-// 64 and 128) over T = 256 to 16384 positions, against chapter 04's flash attention (causal) on
+// 64 and 128) over T = 256 to 32768 positions, against chapter 04's flash attention (causal) on
 // the same q, k, v, and OpenBLAS SGEMM measured in the same run. Linear attention's work grows as
 // T, softmax attention's as T^2: the times cross at some length, which these figures find.
 //
@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -76,14 +77,21 @@ double flash_flops(std::size_t n, std::size_t d) { return 2.0 * static_cast<doub
 
 // ------------------------------------------------------------------ inputs and the reference
 
-// q, k, v ~ N(0, 1) [8, T, d] and the reference's causal output, kept for every shape (the
-// reference takes seconds at T = 16384, so every benchmark of a shape shares it; all of them
-// together hold about 0.6 GB).
+// The positions validated against the reference: the outputs up to t of a causal form depend on
+// the positions up to t alone, and the reference takes seconds at T = 16384.
+constexpr std::size_t kLinearValidated = 16384;
+
+// The first `n` positions of x [h, T, .].
+Tensor3 first_positions(const Tensor3& x, std::size_t n) { return xt::view(x, xt::all(), xt::range(0, n), xt::all()); }
+
+// q, k, v ~ N(0, 1) [8, T, d] and the reference's causal output on the first min(T, 16384)
+// positions, kept for every shape (every benchmark of a shape shares it; all of them together hold
+// about 1 GB).
 struct Prefill {
   std::size_t n = 0, d = 0;
   LinearAttentionConfig cfg;
   Tensor3 q, k, v;
-  Tensor3 expected;  // ref::causal_linear_attention_recurrent from an empty state
+  Tensor3 expected;  // ref::causal_linear_attention_recurrent from an empty state, [8, min(T, 16384), d]
 };
 
 // The chapter's case, elu+1 features and normalised outputs (weighted averages of the values);
@@ -108,7 +116,9 @@ const Prefill& prefill_for(std::size_t n, std::size_t d, bool identity_unnormali
   held.k = rng.normal_tensor(kHeads, n, d);
   held.v = rng.normal_tensor(kHeads, n, d);
   LinearAttentionState empty(kHeads, d, d);
-  held.expected = ref::causal_linear_attention_recurrent(held.q, held.k, held.v, held.cfg, empty);
+  const std::size_t m = std::min(n, kLinearValidated);
+  held.expected = ref::causal_linear_attention_recurrent(first_positions(held.q, m), first_positions(held.k, m),
+                                                         first_positions(held.v, m), held.cfg, empty);
   held.n = n;
   held.d = d;
   return held;
@@ -122,13 +132,15 @@ Tolerance linear_tolerance(const Tensor3& expected, std::size_t terms) {
   return {rtol * std::max(1.0, static_cast<double>(xt::amax(xt::abs(expected))())) + 1e-7, rtol};
 }
 
-// Validates `got` against the shape's reference and reports the largest difference as `max_err`,
-// and that difference over max|ref| as `rel_err` (the suites' tolerance allows reduction_rtol(T d)).
+// Validates `got` against the shape's reference (its first min(T, 16384) positions) and reports
+// the largest difference as `max_err`, and that difference over max|ref| as `rel_err` (the suites'
+// tolerance allows reduction_rtol(T d)).
 bool validate_prefill(benchmark::State& state, const Tensor3& got, const Prefill& in) {
-  const double max_err = static_cast<double>(xt::amax(xt::abs(got - in.expected))());
+  const Tensor3 checked = first_positions(got, in.expected.shape()[1]);
+  const double max_err = static_cast<double>(xt::amax(xt::abs(checked - in.expected))());
   state.counters["max_err"] = max_err;
   state.counters["rel_err"] = max_err / static_cast<double>(xt::amax(xt::abs(in.expected))());
-  return validate(state, got, in.expected, linear_tolerance(in.expected, in.n * in.d));
+  return validate(state, checked, in.expected, linear_tolerance(in.expected, in.n * in.d));
 }
 
 LinearAttentionState empty_state(std::size_t d) { return LinearAttentionState(kHeads, d, d); }
@@ -286,9 +298,9 @@ void register_delta_rule_benchmarks();
 
 void register_benchmarks() {
   add_openblas_sgemm({1024});
-  const std::vector<std::int64_t> lengths{256, 1024, 4096, 16384}, dims{64, 128};
+  const std::vector<std::int64_t> lengths{256, 1024, 4096, 16384, 32768}, dims{64, 128};
   // Shorter ones too for the chunked form and flash attention, to find where their times cross.
-  const std::vector<std::int64_t> all_lengths{64, 128, 256, 1024, 4096, 16384};
+  const std::vector<std::int64_t> all_lengths{64, 128, 256, 1024, 4096, 16384, 32768};
   add_benchmark("linear_ref_recurrent", [](benchmark::State& s) { linear_recurrent(s, false); },
                 [](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024}, {64, 128}}); });
   add_benchmark("linear_opt_recurrent", [](benchmark::State& s) { linear_recurrent(s, true); },
@@ -297,8 +309,10 @@ void register_benchmarks() {
                 [](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024, 4096}, {64, 128}}); });
   add_benchmark("linear_opt_chunked", linear_chunked,
                 [&](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({all_lengths, dims, {16, 32, 64, 128}}); });
+  // Not at 32K: 14 s a call at d = 128, four times the 16K figure (its work is quadratic).
+  const std::vector<std::int64_t> flash_lengths(all_lengths.begin(), all_lengths.end() - 1);
   add_benchmark("flash_opt_causal", flash_causal,
-                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({all_lengths, dims}); });
+                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({flash_lengths, dims}); });
   add_benchmark("linear_opt_identity_unnormalised", linear_identity_unnormalised,
                 [](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({{1024, 16384}, {64}, {0, 64}}); });
   const std::vector<std::int64_t> contexts{1024, 8192, 32768};
@@ -315,14 +329,21 @@ void register_benchmarks() {
 
 // ------------------------------------------------------------------ the delta rule
 //
-// Gated DeltaNet (the delta rule, a scalar gate, q and k L2-normalised), 8 heads, d_k = d_v = d in
-// {64, 128}, T in {256, 1024, 4096}:
-// - delta_ref_recurrent: `ref::delta_rule_recurrent` (double loops), up to T = 1024;
+// Gated DeltaNet (the delta rule, a scalar gate, q and k L2-normalised) and KDA (the same with a
+// per-channel gate), 8 heads, d_k = d_v = d in {64, 128}:
+// - delta_ref_recurrent: `ref::delta_rule_recurrent` (double loops), up to T = 4096;
 // - delta_opt_recurrent: `opt::delta_rule_recurrent`, token by token;
-// - delta_opt_chunked: `opt::delta_rule_chunked`, chunks of C = 16, 32, 64.
-// Every result is validated against the reference's recurrence before it is timed.
+// - delta_opt_chunked: `opt::delta_rule_chunked`, chunks of C = 16, 32, 64;
+// - kda_*: the same three for KDA;
+// - decode_delta_opt_recurrent: one generated token of Gated DeltaNet after a context of 1K, 8K and
+//   32K positions, beside decode_linear_opt_recurrent and decode_softmax_opt_gqa above.
+// Every result is validated against the reference's recurrence before it is timed, on the first
+// min(T, 4096) positions: the outputs of a causal recurrence up to t depend on positions up to t
+// alone, and the reference takes 4 s for 4096 positions at d = 128 (it would take a minute at 32K).
 
 namespace {
+
+constexpr std::size_t kDeltaValidated = 4096;
 
 // Per token and head: the prediction S^T k, the rank-1 update k u^T and the readout S^T q, d_k d_v
 // multiply-adds each: 6 d_k d_v flops (the decay's d_k d_v multiplications are not counted).
@@ -331,26 +352,31 @@ double delta_recurrent_flops(std::size_t n, std::size_t d) { return 6.0 * static
 // Chunked, per chunk of C positions (d_k = d_v = d), the products as the SGEMMs compute them (masked
 // halves included): K K^T and Q K^T, 2 C^2 d_k each; the triangular solve, C^2 d_v; W = V - (K o e^G) S_0,
 // 2 C d_k d_v; O = (Q o e^G) S_0 + P U, 2 C d_k d_v + 2 C^2 d_v; the state (K o e^{G_C - G})^T U,
-// 2 C d_k d_v: 6 C d^2 + 7 C^2 d per chunk, over T / C chunks.
+// 2 C d_k d_v: 6 C d^2 + 7 C^2 d per chunk, over T / C chunks. (With KDA's per-channel gate the
+// products A and P are loops over pairs, the same count.)
 double delta_chunked_flops(std::size_t n, std::size_t d, std::size_t chunk) {
   const double c = static_cast<double>(std::min(chunk, n)), dd = static_cast<double>(d);
   return static_cast<double>(kHeads) * static_cast<double>(n) / c * (6.0 * c * dd * dd + 7.0 * c * c * dd);
 }
 
-// Gated DeltaNet's inputs: q, k, v ~ N(0, 1) [8, T, d], beta ~ U[0, 1), log gates log(alpha) with
-// alpha ~ U[0.9, 1), and the reference's outputs (its recurrence, from a zero state), kept per shape.
+// Gated DeltaNet's or KDA's inputs: q, k, v ~ N(0, 1) [8, T, d], beta ~ U[0, 1), log gates log(alpha)
+// with alpha ~ U[0.9, 1) (one per head and token, or one per channel too), and the reference's
+// outputs on the first min(T, 4096) positions (its recurrence, from a zero state), kept per shape.
 struct DeltaPrefill {
   std::size_t n = 0, d = 0;
   Tensor3 q, k, v;
   Tensor2 beta;
   DeltaRuleGate gate;
   DeltaRuleConfig cfg;
-  Tensor3 expected;
+  Tensor3 expected;  // [8, min(T, 4096), d]
 };
 
-const DeltaPrefill& delta_prefill_for(std::size_t n, std::size_t d) {
-  static std::map<std::pair<std::size_t, std::size_t>, DeltaPrefill> shapes;
-  DeltaPrefill& held = shapes[{n, d}];
+// The first `n` positions of a [h, T] tensor (beta, a scalar gate).
+Tensor2 first_positions(const Tensor2& x, std::size_t n) { return xt::view(x, xt::all(), xt::range(0, n)); }
+
+const DeltaPrefill& delta_prefill_for(std::size_t n, std::size_t d, bool per_channel) {
+  static std::map<std::tuple<std::size_t, std::size_t, bool>, DeltaPrefill> shapes;
+  DeltaPrefill& held = shapes[{n, d, per_channel}];
   if (held.n == n && held.d == d) return held;
   Rng rng(616 + n + d);
   held.q = rng.normal_tensor(kHeads, n, d);
@@ -358,29 +384,45 @@ const DeltaPrefill& delta_prefill_for(std::size_t n, std::size_t d) {
   held.v = rng.normal_tensor(kHeads, n, d);
   held.beta = Tensor2::from_shape({kHeads, n});
   for (auto& b : held.beta) b = static_cast<float>(rng.uniform());
-  held.gate.scalar = Tensor2::from_shape({kHeads, n});
-  for (auto& g : held.gate.scalar) g = static_cast<float>(std::log(rng.uniform(0.9, 1.0)));
+  if (per_channel) {
+    held.gate.per_channel = Tensor3::from_shape({kHeads, n, d});
+    for (auto& g : held.gate.per_channel) g = static_cast<float>(std::log(rng.uniform(0.9, 1.0)));
+  } else {
+    held.gate.scalar = Tensor2::from_shape({kHeads, n});
+    for (auto& g : held.gate.scalar) g = static_cast<float>(std::log(rng.uniform(0.9, 1.0)));
+  }
   held.cfg.l2_normalize_qk = true;
-  held.expected = ref::delta_rule_recurrent(held.q, held.k, held.v, held.beta, held.gate, held.cfg).o;
+  const std::size_t m = std::min(n, kDeltaValidated);
+  DeltaRuleGate prefix_gate;
+  if (per_channel)
+    prefix_gate.per_channel = first_positions(held.gate.per_channel, m);
+  else
+    prefix_gate.scalar = first_positions(held.gate.scalar, m);
+  held.expected = ref::delta_rule_recurrent(first_positions(held.q, m), first_positions(held.k, m),
+                                            first_positions(held.v, m), first_positions(held.beta, m), prefix_gate,
+                                            held.cfg)
+                      .o;
   held.n = n;
   held.d = d;
   return held;
 }
 
 // The tests' tolerance (opt_delta_rule_test.cpp): float sums of T d products, reduction_rtol(T d) of
-// the outputs' scale, here per element against max|ref|; `rel_err` reports max|opt - ref| / max|ref|.
+// the outputs' scale, here per element against max|ref|; `rel_err` reports max|opt - ref| / max|ref|
+// over the validated positions.
 bool validate_delta(benchmark::State& state, const Tensor3& got, const DeltaPrefill& in) {
+  const Tensor3 checked = first_positions(got, in.expected.shape()[1]);
   const double max_ref = static_cast<double>(xt::amax(xt::abs(in.expected))());
-  const double max_err = static_cast<double>(xt::amax(xt::abs(got - in.expected))());
+  const double max_err = static_cast<double>(xt::amax(xt::abs(checked - in.expected))());
   state.counters["rel_err"] = max_err / max_ref;
   const double rtol = reduction_rtol(in.n * in.d);
-  return validate(state, got, in.expected, Tolerance{rtol * max_ref + 1e-7, rtol});
+  return validate(state, checked, in.expected, Tolerance{rtol * max_ref + 1e-7, rtol});
 }
 
 // args: T, d.
-void delta_recurrent(benchmark::State& state, bool optimized) {
+void delta_recurrent(benchmark::State& state, bool optimized, bool per_channel) {
   const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
-  const DeltaPrefill& in = delta_prefill_for(n, d);
+  const DeltaPrefill& in = delta_prefill_for(n, d, per_channel);
   auto run = [&] {
     return optimized ? opt::delta_rule_recurrent(in.q, in.k, in.v, in.beta, in.gate, in.cfg)
                      : ref::delta_rule_recurrent(in.q, in.k, in.v, in.beta, in.gate, in.cfg);
@@ -391,14 +433,50 @@ void delta_recurrent(benchmark::State& state, bool optimized) {
 }
 
 // args: T, d, C.
-void delta_chunked(benchmark::State& state) {
+void delta_chunked(benchmark::State& state, bool per_channel) {
   const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
   const auto chunk = static_cast<std::size_t>(state.range(2));
-  const DeltaPrefill& in = delta_prefill_for(n, d);
+  const DeltaPrefill& in = delta_prefill_for(n, d, per_channel);
   auto run = [&] { return opt::delta_rule_chunked(in.q, in.k, in.v, in.beta, in.gate, in.cfg, chunk); };
   if (!validate_delta(state, run().o, in)) return;
   for (auto _ : state) benchmark::DoNotOptimize(run());
   state.counters["GFLOP/s"] = gflops(delta_chunked_flops(n, d, chunk));
+}
+
+// args: L, d. One token of Gated DeltaNet after a context of L positions: the state the context
+// leaves (computed once, in chunks of 32), then the step from it, validated against the reference's
+// step from the same state. The timed loop feeds every step the context's state, as a decode step
+// that carries its state forward does the same work.
+void decode_delta(benchmark::State& state) {
+  const auto length = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Context& ctx = context_for(length, d);
+  DeltaRuleConfig cfg;
+  cfg.l2_normalize_qk = true;
+  Tensor2 beta = Tensor2::from_shape({kHeads, length}), new_beta = Tensor2::from_shape({kHeads, 1});
+  beta.fill(0.5f);
+  new_beta.fill(0.5f);
+  DeltaRuleGate gate, new_gate;
+  gate.scalar = Tensor2::from_shape({kHeads, length});
+  gate.scalar.fill(std::log(0.99f));
+  new_gate.scalar = Tensor2::from_shape({kHeads, 1});
+  new_gate.scalar.fill(std::log(0.99f));
+  static std::map<std::pair<std::size_t, std::size_t>, Tensor3> states;  // the context's state, per shape
+  Tensor3& context_state = states[{length, d}];
+  if (context_state.size() == 0) {
+    const Tensor3 q = uniform_tensor(kHeads, length, d, 67);
+    context_state = opt::delta_rule_chunked(q, ctx.k, ctx.v, beta, gate, cfg, 32).state;
+  }
+  auto step = [&](bool optimized) {
+    return optimized ? opt::delta_rule_recurrent(ctx.q_new, ctx.k_new, ctx.v_new, new_beta, new_gate, cfg, context_state)
+                     : ref::delta_rule_recurrent(ctx.q_new, ctx.k_new, ctx.v_new, new_beta, new_gate, cfg, context_state);
+  };
+  const Tensor3 expected = step(false).o;
+  // One step from the same float state: sums of d_k products, reduction_rtol(d) of their |terms|.
+  if (!validate(state, step(true).o, expected, linear_tolerance(expected, d))) return;
+  for (auto _ : state) benchmark::DoNotOptimize(step(true));
+  const double state_bytes = static_cast<double>(kHeads * d * d * sizeof(float));
+  state.counters["state_KiB"] = state_bytes / 1024;
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
@@ -406,12 +484,20 @@ void delta_chunked(benchmark::State& state) {
 // Registered after the linear-attention benchmarks (and the SGEMM they are compared with).
 void register_delta_rule_benchmarks() {
   const std::vector<std::int64_t> dims{64, 128};
-  add_benchmark("delta_ref_recurrent", [](benchmark::State& s) { delta_recurrent(s, false); },
-                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024}, dims}); });
-  add_benchmark("delta_opt_recurrent", [](benchmark::State& s) { delta_recurrent(s, true); },
-                [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024, 4096}, dims}); });
-  add_benchmark("delta_opt_chunked", delta_chunked, [&](Benchmark* b) {
-    b->ArgNames({"T", "d", "C"})->ArgsProduct({{256, 1024, 4096}, dims, {16, 32, 64}});
+  // From 64 positions, to find where the times cross flash attention's (flash_opt_causal).
+  const std::vector<std::int64_t> lengths{64, 128, 256, 1024, 4096, 16384, 32768};
+  for (const bool kda : {false, true}) {
+    const std::string family = kda ? "kda" : "delta";
+    add_benchmark(family + "_ref_recurrent", [kda](benchmark::State& s) { delta_recurrent(s, false, kda); },
+                  [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({{256, 1024, 4096}, dims}); });
+    add_benchmark(family + "_opt_recurrent", [kda](benchmark::State& s) { delta_recurrent(s, true, kda); },
+                  [&](Benchmark* b) { b->ArgNames({"T", "d"})->ArgsProduct({lengths, dims}); });
+    add_benchmark(family + "_opt_chunked", [kda](benchmark::State& s) { delta_chunked(s, kda); }, [&](Benchmark* b) {
+      b->ArgNames({"T", "d", "C"})->ArgsProduct({lengths, dims, {16, 32, 64}});
+    });
+  }
+  add_benchmark("decode_delta_opt_recurrent", decode_delta, [&](Benchmark* b) {
+    b->ArgNames({"L", "d"})->ArgsProduct({{1024, 8192, 32768}, dims})->Unit(benchmark::kMicrosecond);
   });
 }
 
