@@ -42,7 +42,7 @@ void require_in_unit_interval(const char* fn, const Tensor2& beta) {
 // A log gate g = log(alpha) with alpha in (0, 1]: g <= 0 (g > 0 would grow the state every step).
 template <class T>
 void require_log_gate(const char* fn, const char* name, const T& gate) {
-  require_finite(fn, name, gate);
+  require_finite_max_abs(fn, name, gate);
   for (std::size_t i = 0; i < gate.size(); ++i)
     require(gate.data()[i] <= 0.0f, fn, name, " (", gate.data()[i], " at flat index ", i,
             ") is a log gate log(alpha) with alpha in (0, 1], so it must be <= 0");
@@ -61,10 +61,11 @@ void validate(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3&
   require_dim(fn, "v", v, 1, "seq", n, "the seq of q");
   require_dim(fn, "beta", beta, 0, "heads", h, "the heads of q");
   require_dim(fn, "beta", beta, 1, "seq", n, "the seq of q");
-  require_finite(fn, "q", q);
-  require_finite(fn, "k", k);
-  require_finite(fn, "v", v);
-  require_finite(fn, "beta", beta);
+  // one vectorised pass per tensor (a decode step's state is d_k d_v floats per head)
+  require_finite_max_abs(fn, "q", q);
+  require_finite_max_abs(fn, "k", k);
+  require_finite_max_abs(fn, "v", v);
+  require_finite_max_abs(fn, "beta", beta);
   require_in_unit_interval(fn, beta);
   require(!(given(gate.scalar) && given(gate.per_channel)), fn,
           "gate.scalar and gate.per_channel are both given; a step has one forget gate, give at most one");
@@ -83,7 +84,7 @@ void validate(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3&
     require_dim(fn, "initial_state", initial_state, 0, "heads", h, "the heads of q");
     require_dim(fn, "initial_state", initial_state, 1, "d_k", d_k, "the d_k of q");
     require_dim(fn, "initial_state", initial_state, 2, "d_v", d_v, "the d_v of v");
-    require_finite(fn, "initial_state", initial_state);
+    require_finite_max_abs(fn, "initial_state", initial_state);
   }
   if (cfg.scale)
     require(std::isfinite(*cfg.scale) && *cfg.scale > 0.0, fn, "cfg.scale (", *cfg.scale,
