@@ -40,6 +40,20 @@ struct HeadFault {
   std::size_t position = 0;
 };
 
+// sum_c x_c^2 in double, in eight independent partial sums: one running sum would wait for each
+// addition before the next (a chain as long as the row), where eight lanes fill a SIMD register.
+double sum_of_squares(const float* x, std::size_t n) {
+  constexpr std::size_t kLanes = 8;
+  double partial[kLanes] = {};
+  std::size_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) partial[l] += static_cast<double>(x[c + l]) * x[c + l];
+  for (; c < n; ++c) partial[0] += static_cast<double>(x[c]) * x[c];
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
 // The rows of q and k of one head as the recurrence uses them: q times the scale, both divided by
 // their L2 norms (summed in double) when cfg asks. Returns false, with the fault recorded, at the
 // first zero row (q before k at each position, as the reference checks them).
@@ -52,8 +66,7 @@ bool prepare_rows(const Tensor3& q, const Tensor3& k, std::size_t head, const De
     for (int which = 0; which < 2; ++which) {
       double factor = which == 0 ? scale : 1.0;
       if (cfg.l2_normalize_qk) {
-        double sum_sq = 0.0;
-        for (std::size_t c = 0; c < d_k; ++c) sum_sq += static_cast<double>(rows[which][c]) * rows[which][c];
+        const double sum_sq = sum_of_squares(rows[which], d_k);
         if (sum_sq == 0.0) {
           fault.zero_row = true;
           fault.zero_row_name = which == 0 ? "q" : "k";
