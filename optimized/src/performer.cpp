@@ -23,9 +23,10 @@ constexpr float kLargestFloatExponent = 88.0f;
 // The reference computes each feature exp(e) in double, normal for |e| <= 708: within +-700 of it,
 // its answer and ours agree; beyond, it reports the error (or loses digits) and its answer is the one.
 constexpr double kLargestDoubleExponent = 700.0;
-// The smallest stabilised normaliser trusted: the products of features lost to float's underflow
-// are each below 2^-126, at most n_k m of them, so under 2^-66 n_k m of a normaliser of 2^-60.
-constexpr float kSmallestNormaliser = 0x1p-60f;
+// The products of features lost to float's underflow are each below 2^-126 (the largest feature of a
+// query and of every column of keys being 1), at most n_k m of them: a stabilised normaliser of at
+// least 2^-100 n_k m loses under 2^-26 of itself to them.
+constexpr float kUnderflowMargin = 0x1p-100f;
 // Inputs beyond this (after scaling) give exponents beyond +-700 unless W's rows are as long, and
 // could overflow float's sums of squares: the reference takes them.
 constexpr float kLargestInput = 1e4f;
@@ -76,6 +77,44 @@ void exp_shifted(float* x, std::size_t count, float shift) {
   for (std::size_t i = vec_end; i < count; ++i) x[i] = std::exp(x[i] - shift);
 }
 
+// The key features of `rows` rows of exponents e [rows, m], in place: phi(k_j)_r = exp(e_jr - M_r),
+// each feature r shifted by its own M_r.
+void key_features(float* e, std::size_t rows, std::size_t m, const float* key_max) {
+  const std::size_t vec_end = m - m % Batch::size;
+  for (std::size_t j = 0; j < rows; ++j) {
+    float* row = e + j * m;
+    for (std::size_t r = 0; r < vec_end; r += Batch::size)
+      xsimd::exp(Batch::load_unaligned(row + r) - Batch::load_unaligned(key_max + r)).store_unaligned(row + r);
+    for (std::size_t r = vec_end; r < m; ++r) row[r] = std::exp(row[r] - key_max[r]);
+  }
+}
+
+// The query features of `rows` rows of exponents e [rows, m], in place, the keys' shifts M_r moved
+// to the queries (the product phi(q)_r phi(k)_r is unchanged): phi(q_i)_r = exp(e_ir + M_r - c_i)
+// with c_i = max_r (e_ir + M_r), recorded in shift[i].
+void query_features(float* e, std::size_t rows, std::size_t m, const float* key_max, float* shift) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* row = e + i * m;
+    float c = -INFINITY;
+#pragma omp simd reduction(max : c)
+    for (std::size_t r = 0; r < m; ++r) {
+      row[r] += key_max[r];
+      c = std::max(c, row[r]);
+    }
+    exp_shifted(row, m, c);
+    shift[i] = c;
+  }
+}
+
+// M_r <- max(M_r, max_j e_jr) over `rows` rows of exponents e [rows, m].
+void raise_column_max(const float* e, std::size_t rows, std::size_t m, float* key_max) {
+  for (std::size_t j = 0; j < rows; ++j) {
+    const float* row = e + j * m;
+#pragma omp simd
+    for (std::size_t r = 0; r < m; ++r) key_max[r] = std::max(key_max[r], row[r]);
+  }
+}
+
 // z += phi(K)^T 1: the column sums of `rows` feature rows of width m.
 void add_column_sums(const float* features, std::size_t rows, std::size_t m, float* z) {
   for (std::size_t j = 0; j < rows; ++j) {
@@ -93,34 +132,26 @@ void add_keys_to_state(const float* phi_k, const float* v, std::size_t rows, std
               static_cast<int>(d_v));
 }
 
-// Whether row i's float result can stand for the reference's: its stabilised normaliser den far
-// above float's underflow, and the true one, e^{c_i + M} den / m (the 1/sqrt(m) of both features),
-// and the numerators it bounds (times max|v|) well inside double's range, where the reference's
+// What decides whether a row's float result can stand for the reference's.
+struct Trust {
+  float smallest_den;  // 2^-100 n_k m: the products lost to underflow are under 2^-26 of it
+  double log_m;        // ln m: the 1/sqrt(m) of both features
+  double log_max_v;    // ln max(1, max|v|): the numerators are at most max|v| times the normaliser
+};
+
+// Row i: its stabilised normaliser den far above what float's underflow loses, and the true one,
+// e^{c_i} den / m, and the numerators it bounds well inside double's range, where the reference's
 // features and sums are exact to rounding.
-bool trusted(float den, double shift, double log_m, double log_max_v) {
-  if (!(den >= kSmallestNormaliser) || !std::isfinite(den)) return false;
-  const double log_den = shift + std::log(static_cast<double>(den)) - log_m;
-  return log_den > -kLargestDoubleExponent && log_den + log_max_v < kLargestDoubleExponent;
+bool trusted(float den, float shift, const Trust& t) {
+  if (!(den >= t.smallest_den) || !std::isfinite(den)) return false;
+  const double log_den = static_cast<double>(shift) + std::log(static_cast<double>(den)) - t.log_m;
+  return log_den > -kLargestDoubleExponent && log_den + t.log_max_v < kLargestDoubleExponent;
 }
 
-int head_threads(std::size_t heads) {
-  return static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
-}
-
-// One head's output rows from its stabilised features, every key at once: S = phi(K)^T V, z =
-// phi(K)^T 1, numerators phi(Q) S (SGEMM) and normalisers phi(Q) z (SGEMV). False at the first row
-// that is not trusted.
-bool non_causal_head(const float* phi_q, const float* phi_k, const float* v, std::size_t n_q, std::size_t n_k,
-                     std::size_t m, std::size_t d_v, const float* query_max, float key_max, double log_m,
-                     double log_max_v, float* o) {
-  std::vector<float> s(m * d_v), z(m, 0.0f), den(n_q);
-  add_keys_to_state(phi_k, v, n_k, m, d_v, 0.0f, s.data());
-  add_column_sums(phi_k, n_k, m, z.data());
-  detail::sgemm(n_q, d_v, m, 1.0f, phi_q, m, s.data(), d_v, false, 0.0f, o, d_v);
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n_q), static_cast<int>(m), 1.0f, phi_q,
-              static_cast<int>(m), z.data(), 1, 0.0f, den.data(), 1);
-  for (std::size_t i = 0; i < n_q; ++i) {
-    if (!trusted(den[i], static_cast<double>(query_max[i]) + key_max, log_m, log_max_v)) return false;
+// o_i <- o_i / den_i for `rows` rows of width d_v, each first checked; false at the first not trusted.
+bool normalise_rows(float* o, const float* den, const float* shift, std::size_t rows, std::size_t d_v, const Trust& t) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    if (!trusted(den[i], shift[i], t)) return false;
     const float inverse = 1.0f / den[i];
 #pragma omp simd
     for (std::size_t e = 0; e < d_v; ++e) o[i * d_v + e] *= inverse;
@@ -128,20 +159,58 @@ bool non_causal_head(const float* phi_q, const float* phi_k, const float* v, std
   return true;
 }
 
-// The same over j <= i, in chunks of kChunk positions: a chunk's queries read the state of the
-// chunks before it (phi(Q_c) S, phi(Q_c) z) plus their masked products with the chunk's own keys
-// (A = phi(Q_c) phi(K_c)^T, A_ij = 0 for j > i, A V_c and A's row sums); then the chunk's keys join
-// the state (S += phi(K_c)^T V_c, z += phi(K_c)^T 1). As `opt::causal_linear_attention_chunked`.
-bool causal_head(const float* phi_q, const float* phi_k, const float* v, std::size_t n, std::size_t m,
-                 std::size_t d_v, const float* query_max, float key_max, double log_m, double log_max_v, float* o) {
+int head_threads(std::size_t heads) {
+  return static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
+}
+
+// One head's output rows from its exponents e_q [n_q, m] and e_k [n_k, m] (made features in place),
+// every key at once. M_r = max_j e_jr: every feature r has a key whose feature is 1, and the query's
+// largest shifted exponent is 0, so its normaliser is at least 1. Then S = phi(K)^T V, z = phi(K)^T 1,
+// numerators phi(Q) S (SGEMM) and normalisers phi(Q) z (SGEMV). False at the first row not trusted.
+bool non_causal_head(float* e_q, float* e_k, const float* v, std::size_t n_q, std::size_t n_k, std::size_t m,
+                     std::size_t d_v, const Trust& trust, float* o) {
+  std::vector<float> key_max(m, -INFINITY), shift(n_q), s(m * d_v), z(m, 0.0f), den(n_q);
+  raise_column_max(e_k, n_k, m, key_max.data());
+  key_features(e_k, n_k, m, key_max.data());
+  query_features(e_q, n_q, m, key_max.data(), shift.data());
+  add_keys_to_state(e_k, v, n_k, m, d_v, 0.0f, s.data());
+  add_column_sums(e_k, n_k, m, z.data());
+  detail::sgemm(n_q, d_v, m, 1.0f, e_q, m, s.data(), d_v, false, 0.0f, o, d_v);
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n_q), static_cast<int>(m), 1.0f, e_q, static_cast<int>(m),
+              z.data(), 1, 0.0f, den.data(), 1);
+  return normalise_rows(o, den.data(), shift.data(), n_q, d_v, trust);
+}
+
+// The same over j <= i, in chunks of kChunk positions. M_r is the largest exponent of feature r among
+// the keys so far: a chunk that raises it first rescales the state's row r by exp(M_r old - M_r new).
+// The chunk's queries read the state of the chunks before it (phi(Q_c) S, phi(Q_c) z) plus their
+// masked products with the chunk's own keys (A = phi(Q_c) phi(K_c)^T, A_ij = 0 for j > i, A V_c and
+// A's row sums); then the chunk's keys join the state (S += phi(K_c)^T V_c, z += phi(K_c)^T 1), as in
+// `opt::causal_linear_attention_chunked`.
+bool causal_head(float* e_q, float* e_k, const float* v, std::size_t n, std::size_t m, std::size_t d_v,
+                 const Trust& trust, float* o) {
   const std::size_t chunk = std::min(n, kChunk);
-  std::vector<float> s(m * d_v, 0.0f), z(m, 0.0f), a(chunk * chunk), den(chunk);
+  std::vector<float> key_max(m, -INFINITY), old_max(m), shift(chunk), s(m * d_v, 0.0f), z(m, 0.0f);
+  std::vector<float> a(chunk * chunk), den(chunk);
   for (std::size_t start = 0; start < n; start += chunk) {
     const std::size_t rows = std::min(n, start + chunk) - start;
-    const float* q_c = phi_q + start * m;
-    const float* k_c = phi_k + start * m;
+    float* q_c = e_q + start * m;
+    float* k_c = e_k + start * m;
     const float* v_c = v + start * d_v;
     float* o_c = o + start * d_v;
+    // M_r raised by the chunk's keys: S_r and z_r, sums of exp(e_jr - M_r old), rescaled to M_r new
+    std::copy(key_max.begin(), key_max.end(), old_max.begin());
+    raise_column_max(k_c, rows, m, key_max.data());
+    if (start > 0)
+      for (std::size_t r = 0; r < m; ++r) {
+        if (old_max[r] == key_max[r]) continue;
+        const float rescale = std::exp(old_max[r] - key_max[r]);
+        z[r] *= rescale;
+#pragma omp simd
+        for (std::size_t e = 0; e < d_v; ++e) s[r * d_v + e] *= rescale;
+      }
+    key_features(k_c, rows, m, key_max.data());
+    query_features(q_c, rows, m, key_max.data(), shift.data());
     // inter-chunk: O_c = phi(Q_c) S, den = phi(Q_c) z
     detail::sgemm(rows, d_v, m, 1.0f, q_c, m, s.data(), d_v, false, 0.0f, o_c, d_v);
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(m), 1.0f, q_c,
@@ -160,12 +229,7 @@ bool causal_head(const float* phi_q, const float* phi_k, const float* v, std::si
     // the state: S += phi(K_c)^T V_c, z += phi(K_c)^T 1
     add_keys_to_state(k_c, v_c, rows, m, d_v, 1.0f, s.data());
     add_column_sums(k_c, rows, m, z.data());
-    for (std::size_t i = 0; i < rows; ++i) {
-      if (!trusted(den[i], static_cast<double>(query_max[start + i]) + key_max, log_m, log_max_v)) return false;
-      const float inverse = 1.0f / den[i];
-#pragma omp simd
-      for (std::size_t e = 0; e < d_v; ++e) o_c[i * d_v + e] *= inverse;
-    }
+    if (!normalise_rows(o_c, den.data(), shift.data(), rows, d_v, trust)) return false;
   }
   return true;
 }
@@ -213,8 +277,8 @@ Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v
   const auto input_scale = static_cast<float>(std::pow(static_cast<double>(d), -0.25));
   const float largest_input = std::max(max_abs_or_inf(q.data(), q.size()), max_abs_or_inf(k.data(), k.size()));
   if (input_scale * largest_input > kLargestInput) return ref::performer_attention(q, k, v, features, causal);
-  const double log_m = std::log(static_cast<double>(m));
-  const double log_max_v = std::log(std::max(1.0f, max_abs_or_inf(v.data(), v.size())));
+  const Trust trust{kUnderflowMargin * static_cast<float>(n_k * m), std::log(static_cast<double>(m)),
+                    std::log(std::max(1.0, static_cast<double>(max_abs_or_inf(v.data(), v.size()))))};
   const std::vector<float> w = features_as_float(features);
   Tensor3 o = Tensor3::from_shape({h, n_q, d_v});
   std::vector<unsigned char> untrusted(h, 0);
@@ -222,33 +286,22 @@ Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v
 #pragma omp parallel for schedule(static) num_threads(head_threads(h))
   for (std::ptrdiff_t hh = 0; hh < static_cast<std::ptrdiff_t>(h); ++hh) {
     const auto head = static_cast<std::size_t>(hh);
-    std::vector<float> phi_k(n_k * m), phi_q(n_q * m), query_max(n_q);
-    // the exponents of phi+(k^_j) and phi+(q^_i), [n_k, m] and [n_q, m]
-    feature_exponents(k.data() + head * n_k * d, n_k, d, w.data(), m, input_scale, phi_k.data());
+    // the exponents of phi+(q^_i) and phi+(k^_j), [n_q, m] and [n_k, m], made features in place
+    std::vector<float> phi_q(n_q * m), phi_k(n_k * m);
     feature_exponents(q.data() + head * n_q * d, n_q, d, w.data(), m, input_scale, phi_q.data());
-    // M = the head's largest key exponent, c_i = query i's largest; every exponent within +-700
-    float key_min = 0.0f, key_max = 0.0f;
-    min_max(phi_k.data(), n_k * m, key_min, key_max);
-    bool in_range = key_min >= -kLargestDoubleExponent && key_max <= kLargestDoubleExponent;
-    for (std::size_t i = 0; i < n_q && in_range; ++i) {
-      float query_min = 0.0f;
-      min_max(phi_q.data() + i * m, m, query_min, query_max[i]);
-      in_range = query_min >= -kLargestDoubleExponent && query_max[i] <= kLargestDoubleExponent;
-    }
-    if (!in_range) {
+    feature_exponents(k.data() + head * n_k * d, n_k, d, w.data(), m, input_scale, phi_k.data());
+    // every exponent within +-700, where the reference's double features are exact to rounding
+    float q_min = 0.0f, q_max = 0.0f, k_min = 0.0f, k_max = 0.0f;
+    min_max(phi_q.data(), n_q * m, q_min, q_max);
+    min_max(phi_k.data(), n_k * m, k_min, k_max);
+    if (!(std::min(q_min, k_min) >= -kLargestDoubleExponent && std::max(q_max, k_max) <= kLargestDoubleExponent)) {
       untrusted[head] = 1;
       continue;
     }
-    // phi(k^_j)_r = exp(e_jr - M) and phi(q^_i)_r = exp(e_ir - c_i), all at most 1: the shifts and
-    // the 1/sqrt(m) of both cancel in o_i's ratio
-    exp_shifted(phi_k.data(), n_k * m, key_max);
-    for (std::size_t i = 0; i < n_q; ++i) exp_shifted(phi_q.data() + i * m, m, query_max[i]);
     const float* v_head = v.data() + head * n_k * d_v;
     float* o_head = o.data() + head * n_q * d_v;
-    const bool good = causal ? causal_head(phi_q.data(), phi_k.data(), v_head, n_q, m, d_v, query_max.data(), key_max,
-                                           log_m, log_max_v, o_head)
-                             : non_causal_head(phi_q.data(), phi_k.data(), v_head, n_q, n_k, m, d_v, query_max.data(),
-                                               key_max, log_m, log_max_v, o_head);
+    const bool good = causal ? causal_head(phi_q.data(), phi_k.data(), v_head, n_q, m, d_v, trust, o_head)
+                             : non_causal_head(phi_q.data(), phi_k.data(), v_head, n_q, n_k, m, d_v, trust, o_head);
     if (!good) untrusted[head] = 1;
   }
   // a row float cannot be trusted with: the reference's answer, or its error

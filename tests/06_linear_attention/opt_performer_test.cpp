@@ -53,8 +53,8 @@ tvlab::testing::Context context(const std::string& what, std::uint64_t seed) {
 
 // W's rows six times longer (|omega| about 24) and q, k of standard deviation 3 (d = 16, |q^| about
 // 6): exponents omega^T x^ - |x^|^2/2 from about -150 to above 100, beyond float's exp and within
-// double's. Non-causal, every query sees the largest keys, so the stabilised float path holds the
-// answer (it is not the reference's, bit for bit: no fallback), within the oracle's tolerance.
+// double's. Non-causal, every query sees every feature's largest key, so the stabilised float path
+// gives the answer (not the reference's, bit for bit: no fallback), within the oracle's tolerance.
 TEST(Ch06OptPerformer, large_norm_inputs_are_stabilised_not_overflowed) {
   const std::uint64_t seed = 681;
   Rng rng(seed);
@@ -95,9 +95,10 @@ TEST(Ch06OptPerformer, large_norm_inputs_are_stabilised_not_overflowed) {
 }
 
 // d = 2 (d^{-1/4} = 0.8409), W = [[10, 0], [0, 10]]. Key 0, k^ = (-20, 0), has exponents -400 and -200;
-// key 1, k^ = (10, 0), has 50 and -50; the head's largest, M = 50. Shifted by M, key 0's features are
-// e^-450 and e^-250: 0 in float. Causal, query 0 sees key 0 alone, and its float normaliser is 0:
-// the optimized version must return the reference's answer (row 0 = v_0), bit for bit.
+// key 1, k^ = (10, 0), has 50 and -50: the largest of each feature (over the one chunk), M = (50, -50).
+// Shifted by M, key 0's features are e^-450 and e^-150: 0 in float. Causal, query 0 sees key 0
+// alone, and its float normaliser is 0: the optimized version must return the reference's answer
+// (row 0 = v_0), bit for bit.
 TEST(Ch06OptPerformer, a_normaliser_lost_to_float_underflow_gives_the_reference_answer) {
   const auto unscale = [](double x) { return static_cast<float>(x / attention_input_scale(2)); };
   Tensor3 q = Tensor3::from_shape({1, 2, 2}), k = Tensor3::from_shape({1, 2, 2});
@@ -172,12 +173,14 @@ TEST(Ch06OptPerformer, errors_are_the_references_word_for_word) {
 // float exponent carries reduction_rtol(d) E (E its sum of |terms|), the shift by ln sqrt(m) and the
 // exp 2 ulps more (relative); a feature below float's smallest normal value, 1.2e-38, may be 0 here
 // and a denormal there. Rows of lengths 0.5 to 12: exponents from about -70 to about +80, close to float's
-// limit (88.7 + ln sqrt(m)), without reaching it.
+// limit (88.7 + ln sqrt(m)), without reaching it; and rows of N(0, 0.09) entries.
 TEST(Ch06OptPerformer, the_feature_map_matches_the_reference_to_floats_limit) {
   Rng rng(695);
   for (const std::size_t d : {std::size_t{3}, std::size_t{16}, std::size_t{64}}) {
     const std::size_t m = d == 64 ? 256 : 37;
-    const PerformerFeatures features = ref::draw_performer_features(m, d, RandomFeatureKind::orthogonal, RowNorms::chi, 696 + d);
+    // every row of length 12.5 (sqrt(d) rescaled): exponents up to 12.5^2 / 2 = 78
+    PerformerFeatures features = ref::draw_performer_features(m, d, RandomFeatureKind::orthogonal, RowNorms::sqrt_d, 696 + d);
+    features.w *= 12.5 / std::sqrt(static_cast<double>(d));
     Tensor3 x = rng.normal_tensor(2, 50, d);
     for (std::size_t head = 0; head < 2; ++head)
       for (std::size_t i = 0; i < 50; ++i) {

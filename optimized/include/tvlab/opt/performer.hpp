@@ -15,22 +15,29 @@
 ///
 /// **Stabilised exponents.** Float's exp overflows past \f$ e = 88.7 \f$ (xsimd's from 88.38) where
 /// double's reaches 709.8, and the scaled keys and queries of attention reach such exponents
-/// (\f$ \|\hat x\| \approx 13 \f$ suffices). Attention is a ratio, so a factor common to numerator and
-/// normaliser cancels (as the Performer's own code does): the keys of a head are shifted by their
-/// largest exponent M, \f$ \exp(e_{jr} - M) \f$, and each query by its own, \f$ \exp(e_{ir} - c_i) \f$.
-/// Every feature is then at most 1, and the largest of each query exactly 1. The \f$ 1/\sqrt m \f$ of
-/// both cancels too and is left out.
+/// (\f$ \|\hat x\| \approx 13 \f$ suffices). The kernel is a sum over the features,
+/// \f$ \phi(q)^\top \phi(k) = \sum_r e^{e_r(q)} e^{e_r(k)} / m \f$, so a shift \f$ M_r \f$ taken from feature r
+/// of every key can be given to feature r of every query, and a shift common to one query's
+/// numerator and normaliser cancels in its ratio:
+/// \f$ \phi(\hat k_j)_r = \exp(e_{jr} - M_r) \f$ with \f$ M_r = \max_j e_{jr} \f$, and
+/// \f$ \phi(\hat q_i)_r = \exp(e_{ir} + M_r - c_i) \f$ with \f$ c_i = \max_r (e_{ir} + M_r) \f$.
+/// Every feature is then at most 1, every column of key features and every row of query features
+/// holds a 1, and a non-causal normaliser is at least 1. The causal form takes \f$ M_r \f$ over the
+/// keys so far: a chunk that raises it rescales row r of the state by
+/// \f$ \exp(M_r^{\text{old}} - M_r^{\text{new}}) \f$ first (as flash attention rescales its running
+/// sums). The \f$ 1/\sqrt m \f$ of both features cancels too and is left out.
 ///
-/// **When the float result is not trusted.** A key whose exponents lie more than 87 below M
-/// underflows to 0; a query that sees only such keys (a causal query early in a sequence whose later
-/// keys are far larger) gets a normaliser of 0, and one that sees few of them loses digits. And the
-/// reference's own limits (exponents beyond double's range, normalisers that underflow double) are
-/// errors it reports. So the call gives way to `ref::performer_attention` (which returns the answer
-/// or throws its error) when an exponent lies outside \f$ [-700, 700] \f$, when a stabilised
-/// normaliser is below \f$ 2^{-60} \f$ (the features lost to underflow, each below \f$ 2^{-126} \f$,
-/// are then under \f$ 2^{-66} \f$ of it per product), or when the true normaliser
-/// \f$ e^{c_i + M}\,\text{den}_i / m \f$ (or it times max |v|) is within \f$ e^{\pm 700} \f$ of double's
-/// limits. On ordinary inputs (q, k, v of unit scale) none of this happens.
+/// **When the float result is not trusted.** A key feature more than 87 below its column's largest
+/// underflows to 0; a causal query whose largest products are with keys after it in its chunk, or
+/// far below keys already seen, can be left with a tiny normaliser, or 0. And the reference's own
+/// limits (exponents beyond double's range, normalisers that underflow double) are errors it
+/// reports. So the call gives way to `ref::performer_attention` (which returns the answer or throws
+/// its error) when an exponent lies outside \f$ [-700, 700] \f$, when a stabilised normaliser is
+/// below \f$ 2^{-100} n_k m \f$ (the products lost to underflow, each below \f$ 2^{-126} \f$ and at most
+/// \f$ n_k m \f$ of them, are then under \f$ 2^{-26} \f$ of it), or when the true normaliser
+/// \f$ e^{c_i}\,\text{den}_i / m \f$ (or it times max |v|) lies outside \f$ [e^{-700}, e^{700}] \f$, near
+/// double's limits.
+/// On ordinary inputs (q, k, v of unit scale) none of this happens.
 
 #include "tvlab/core/performer_config.hpp"
 #include "tvlab/core/tensor.hpp"
@@ -52,8 +59,8 @@ Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& feature
 
 /// @ingroup ch06
 /// Performer attention (FAVOR+) in float, with stabilised features (see the file's notes): per head,
-/// \f$ \hat q = d^{-1/4} q \f$ and \f$ \hat k = d^{-1/4} k \f$, \f$ \phi(\hat K) = \exp(\hat K W^\top - \|\hat k\|^2/2 - M) \f$,
-/// \f$ \phi(\hat Q) = \exp(\hat Q W^\top - \|\hat q\|^2/2 - c) \f$ (per row), then
+/// \f$ \hat q = d^{-1/4} q \f$ and \f$ \hat k = d^{-1/4} k \f$, the exponents \f$ \hat K W^\top - \|\hat k\|^2/2 \f$
+/// and \f$ \hat Q W^\top - \|\hat q\|^2/2 \f$ (SGEMMs), shifted and exponentiated (xsimd), then
 /// \f$ o_i = \phi(\hat q_i)^\top S / \phi(\hat q_i)^\top z \f$ with \f$ S = \phi(\hat K)^\top V \f$ and
 /// \f$ z = \phi(\hat K)^\top \mathbf 1 \f$ summed over every key, or over \f$ j \le i \f$ when `causal` (in
 /// chunks of 64: the chunk's queries read the state of the chunks before it, plus their masked
