@@ -10,6 +10,7 @@
 
 #include "detail/blas.hpp"
 #include "tvlab/core/error.hpp"
+#include "tvlab/core/xt.hpp"
 #include "tvlab/ref/performer.hpp"
 
 namespace tvlab::opt {
@@ -27,9 +28,9 @@ constexpr double kLargestDoubleExponent = 700.0;
 // query and of every column of keys being 1), at most n_k m of them: a stabilised normaliser of at
 // least 2^-100 n_k m loses under 2^-26 of itself to them.
 constexpr float kUnderflowMargin = 0x1p-100f;
-// Inputs beyond this (after scaling) give exponents beyond +-700 unless W's rows are as long, and
-// could overflow float's sums of squares: the reference takes them.
-constexpr float kLargestInput = 1e4f;
+// Inputs or entries of W beyond this (after scaling): their float products could overflow, and
+// their exponents are beyond +-700 unless both are as large; the reference takes them.
+constexpr double kLargestInput = 1e4;
 // Positions per chunk of the causal form.
 constexpr std::size_t kChunk = 64;
 
@@ -37,6 +38,13 @@ constexpr std::size_t kChunk = 64;
 std::vector<float> features_as_float(const PerformerFeatures& features) {
   const double* w = features.w.data();
   return std::vector<float>(w, w + features.w.size());
+}
+
+// Whether float can hold the exponents' products: every |x| and every |w| at most kLargestInput
+// (then |omega^T x| <= 1e8 d).
+bool within_float(float largest_x, const PerformerFeatures& features) {
+  return static_cast<double>(largest_x) <= kLargestInput &&
+         static_cast<double>(xt::amax(xt::abs(features.w))()) <= kLargestInput;
 }
 
 // The exponents of phi+(scale x) for `rows` rows of x (width d), into e [rows, m]:
@@ -239,7 +247,7 @@ bool causal_head(float* e_q, float* e_k, const float* v, std::size_t n, std::siz
 Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& features) {
   const char* fn = "performer_feature_map";
   ref::validate_performer_feature_map_inputs(fn, x, features);
-  if (max_abs_or_inf(x.data(), x.size()) > kLargestInput) return ref::performer_feature_map(x, features);
+  if (!within_float(max_abs_or_inf(x.data(), x.size()), features)) return ref::performer_feature_map(x, features);
   const std::size_t h = x.shape()[0], n = x.shape()[1], m = features.num_features(), d = features.head_dim();
   const std::vector<float> w = features_as_float(features);
   // phi+(x)_r = exp(e_r - ln sqrt(m)): the 1/sqrt(m) inside, so that no intermediate overflows
@@ -276,7 +284,7 @@ Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v
   // q^ = d^{-1/4} q and k^ = d^{-1/4} k: q^ . k^ = q . k / sqrt(d)
   const auto input_scale = static_cast<float>(std::pow(static_cast<double>(d), -0.25));
   const float largest_input = std::max(max_abs_or_inf(q.data(), q.size()), max_abs_or_inf(k.data(), k.size()));
-  if (input_scale * largest_input > kLargestInput) return ref::performer_attention(q, k, v, features, causal);
+  if (!within_float(input_scale * largest_input, features)) return ref::performer_attention(q, k, v, features, causal);
   const Trust trust{kUnderflowMargin * static_cast<float>(n_k * m), std::log(static_cast<double>(m)),
                     std::log(std::max(1.0, static_cast<double>(max_abs_or_inf(v.data(), v.size()))))};
   const std::vector<float> w = features_as_float(features);

@@ -116,7 +116,8 @@ TEST(Ch06OptPerformer, a_normaliser_lost_to_float_underflow_gives_the_reference_
 
 // Every error of the reference, word for word: the checks of the inputs, and the limits of its double
 // arithmetic (an exponent beyond 709.8 names q or k; a normaliser below 1e-308 is named), which the
-// optimized version reaches only through the reference.
+// optimized version reaches only through the reference; and where float cannot hold W, the
+// reference's answer.
 TEST(Ch06OptPerformer, errors_are_the_references_word_for_word) {
   Rng rng(691);
   const Tensor3 x = rng.normal_tensor(2, 3, 4), v = rng.normal_tensor(2, 3, 5);
@@ -155,6 +156,13 @@ TEST(Ch06OptPerformer, errors_are_the_references_word_for_word) {
     EXPECT_FALSE(expected.empty()) << call.what << ": the reference throws no error";
     EXPECT_EQ(error_of([&] { call.run(&opt::performer_attention); }), expected) << call.what;
   }
+  // a row of W beyond float's range, valid in double (x = (0, 0.5): omega_1^T x = 0 there, and
+  // inf * 0 = NaN in float): the reference's answer, not a NaN
+  const PerformerFeatures huge = hand_built({{1e40, 0.0}, {0.0, 1.0}});
+  const Tensor3 small = {{{0.0f, 0.5f}}};
+  EXPECT_TRUE(xt::all(xt::equal(opt::performer_attention(small, small, one, huge, false),
+                                ref::performer_attention(small, small, one, huge, false))));
+  EXPECT_TRUE(xt::all(xt::equal(opt::performer_feature_map(small, huge), ref::performer_feature_map(small, huge))));
   // the feature map's: its checks, and a feature beyond float's range (omega = x = (20, 0): 200)
   const PerformerFeatures twenty = hand_built({{20.0, 0.0}});
   const Tensor3 big = {{{20.0f, 0.0f}}};
