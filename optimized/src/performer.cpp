@@ -31,8 +31,11 @@ constexpr float kUnderflowMargin = 0x1p-100f;
 // Inputs or entries of W beyond this (after scaling): their float products could overflow, and
 // their exponents are beyond +-700 unless both are as large; the reference takes them.
 constexpr double kLargestInput = 1e4;
-// Positions per chunk of the causal form.
+// Positions per chunk of the causal form, and keys per block of the non-causal one.
 constexpr std::size_t kChunk = 64;
+// Queries per block of the non-causal form: [256, m] features (256 KiB at m = 256) stay in L2
+// between their exponentials and their SGEMM, which is efficient at this height.
+constexpr std::size_t kQueryBlock = 256;
 
 // W [m, d] rounded once to float, for the SGEMMs.
 std::vector<float> features_as_float(const PerformerFeatures& features) {
@@ -171,44 +174,76 @@ int head_threads(std::size_t heads) {
   return static_cast<int>(std::min<std::size_t>(heads, static_cast<std::size_t>(omp_get_max_threads())));
 }
 
-// One head's output rows from its exponents e_q [n_q, m] and e_k [n_k, m] (made features in place),
-// every key at once. M_r = max_j e_jr: every feature r has a key whose feature is 1, and the query's
-// largest shifted exponent is 0, so its normaliser is at least 1. Then S = phi(K)^T V, z = phi(K)^T 1,
-// numerators phi(Q) S (SGEMM) and normalisers phi(Q) z (SGEMV). False at the first row not trusted.
-bool non_causal_head(float* e_q, float* e_k, const float* v, std::size_t n_q, std::size_t n_k, std::size_t m,
-                     std::size_t d_v, const Trust& trust, float* o) {
-  std::vector<float> key_max(m, -INFINITY), shift(n_q), s(m * d_v), z(m, 0.0f), den(n_q);
-  raise_column_max(e_k, n_k, m, key_max.data());
-  key_features(e_k, n_k, m, key_max.data());
-  query_features(e_q, n_q, m, key_max.data(), shift.data());
-  add_keys_to_state(e_k, v, n_k, m, d_v, 0.0f, s.data());
-  add_column_sums(e_k, n_k, m, z.data());
-  detail::sgemm(n_q, d_v, m, 1.0f, e_q, m, s.data(), d_v, false, 0.0f, o, d_v);
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n_q), static_cast<int>(m), 1.0f, e_q, static_cast<int>(m),
-              z.data(), 1, 0.0f, den.data(), 1);
-  return normalise_rows(o, den.data(), shift.data(), n_q, d_v, trust);
+// How a head's rows become exponents: W `[m, d]` in float, and the inputs' scale.
+struct ExponentMap {
+  const float* w;
+  std::size_t m, d;
+  float scale;
+};
+
+// The exponents of `rows` rows of x into e `[rows, m]` (`feature_exponents`), while they are in
+// cache checked to lie within +-700, where the reference's double features are exact to rounding.
+bool exponents_in_range(const ExponentMap& map, const float* x, std::size_t rows, float* e) {
+  feature_exponents(x, rows, map.d, map.w, map.m, map.scale, e);
+  float lo = 0.0f, hi = 0.0f;
+  min_max(e, rows * map.m, lo, hi);
+  return lo >= -kLargestDoubleExponent && hi <= kLargestDoubleExponent;
 }
 
-// The same over j <= i, in chunks of kChunk positions. M_r is the largest exponent of feature r among
-// the keys so far: a chunk that raises it first rescales the state's row r by exp(M_r old - M_r new).
-// The chunk's queries read the state of the chunks before it (phi(Q_c) S, phi(Q_c) z) plus their
-// masked products with the chunk's own keys (A = phi(Q_c) phi(K_c)^T, A_ij = 0 for j > i, A V_c and
-// A's row sums); then the chunk's keys join the state (S += phi(K_c)^T V_c, z += phi(K_c)^T 1), as in
+// One head's output rows, every key at once (false at the first row not trusted, or an exponent
+// out of range). M_r = max_j e_jr: every feature r has a key whose feature is 1, and the query's
+// largest shifted exponent is 0, so its normaliser is at least 1.
+// - the keys' exponents, in blocks of kChunk rows (M_r raised while a block is in cache), then their
+//   features, S = phi(K)^T V (SGEMM) and z = phi(K)^T 1;
+// - the queries in blocks of kQueryBlock rows: exponents, features, numerators phi(Q_b) S (SGEMM) and
+//   normalisers phi(Q_b) z (SGEMV). A block's features never leave the cache, and no [n_q, m] buffer.
+bool non_causal_head(const ExponentMap& map, const float* q, const float* k, const float* v, std::size_t n_q,
+                     std::size_t n_k, std::size_t d_v, const Trust& trust, float* o) {
+  const std::size_t m = map.m, d = map.d, block = std::min(n_q, kQueryBlock);
+  std::vector<float> phi_k(n_k * m), key_max(m, -INFINITY), s(m * d_v), z(m, 0.0f);
+  std::vector<float> phi_q(block * m), shift(block), den(block);
+  for (std::size_t j0 = 0; j0 < n_k; j0 += kChunk) {
+    const std::size_t rows = std::min(kChunk, n_k - j0);
+    if (!exponents_in_range(map, k + j0 * d, rows, phi_k.data() + j0 * m)) return false;
+    raise_column_max(phi_k.data() + j0 * m, rows, m, key_max.data());
+  }
+  key_features(phi_k.data(), n_k, m, key_max.data());
+  add_keys_to_state(phi_k.data(), v, n_k, m, d_v, 0.0f, s.data());
+  add_column_sums(phi_k.data(), n_k, m, z.data());
+  for (std::size_t i0 = 0; i0 < n_q; i0 += block) {
+    const std::size_t rows = std::min(block, n_q - i0);
+    if (!exponents_in_range(map, q + i0 * d, rows, phi_q.data())) return false;
+    query_features(phi_q.data(), rows, m, key_max.data(), shift.data());
+    detail::sgemm(rows, d_v, m, 1.0f, phi_q.data(), m, s.data(), d_v, false, 0.0f, o + i0 * d_v, d_v);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(m), 1.0f, phi_q.data(),
+                static_cast<int>(m), z.data(), 1, 0.0f, den.data(), 1);
+    if (!normalise_rows(o + i0 * d_v, den.data(), shift.data(), rows, d_v, trust)) return false;
+  }
+  return true;
+}
+
+// The same over j <= i, in chunks of kChunk positions, each chunk's exponents and features computed
+// as it comes (no [n, m] buffer). M_r is the largest exponent of feature r among the keys so far: a
+// chunk that raises it first rescales the state's row r by exp(M_r old - M_r new). The chunk's
+// queries read the state of the chunks before it (phi(Q_c) S, phi(Q_c) z) plus their masked products
+// with the chunk's own keys (A = phi(Q_c) phi(K_c)^T, A_ij = 0 for j > i, A V_c and A's row sums);
+// then the chunk's keys join the state (S += phi(K_c)^T V_c, z += phi(K_c)^T 1), as in
 // `opt::causal_linear_attention_chunked`.
-bool causal_head(float* e_q, float* e_k, const float* v, std::size_t n, std::size_t m, std::size_t d_v,
-                 const Trust& trust, float* o) {
-  const std::size_t chunk = std::min(n, kChunk);
+bool causal_head(const ExponentMap& map, const float* q, const float* k, const float* v, std::size_t n,
+                 std::size_t d_v, const Trust& trust, float* o) {
+  const std::size_t m = map.m, d = map.d, chunk = std::min(n, kChunk);
   std::vector<float> key_max(m, -INFINITY), old_max(m), shift(chunk), s(m * d_v, 0.0f), z(m, 0.0f);
-  std::vector<float> a(chunk * chunk), den(chunk);
+  std::vector<float> q_c(chunk * m), k_c(chunk * m), a(chunk * chunk), den(chunk);
   for (std::size_t start = 0; start < n; start += chunk) {
     const std::size_t rows = std::min(n, start + chunk) - start;
-    float* q_c = e_q + start * m;
-    float* k_c = e_k + start * m;
     const float* v_c = v + start * d_v;
     float* o_c = o + start * d_v;
+    if (!exponents_in_range(map, k + start * d, rows, k_c.data()) ||
+        !exponents_in_range(map, q + start * d, rows, q_c.data()))
+      return false;
     // M_r raised by the chunk's keys: S_r and z_r, sums of exp(e_jr - M_r old), rescaled to M_r new
     std::copy(key_max.begin(), key_max.end(), old_max.begin());
-    raise_column_max(k_c, rows, m, key_max.data());
+    raise_column_max(k_c.data(), rows, m, key_max.data());
     if (start > 0)
       for (std::size_t r = 0; r < m; ++r) {
         if (old_max[r] == key_max[r]) continue;
@@ -217,14 +252,14 @@ bool causal_head(float* e_q, float* e_k, const float* v, std::size_t n, std::siz
 #pragma omp simd
         for (std::size_t e = 0; e < d_v; ++e) s[r * d_v + e] *= rescale;
       }
-    key_features(k_c, rows, m, key_max.data());
-    query_features(q_c, rows, m, key_max.data(), shift.data());
+    key_features(k_c.data(), rows, m, key_max.data());
+    query_features(q_c.data(), rows, m, key_max.data(), shift.data());
     // inter-chunk: O_c = phi(Q_c) S, den = phi(Q_c) z
-    detail::sgemm(rows, d_v, m, 1.0f, q_c, m, s.data(), d_v, false, 0.0f, o_c, d_v);
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(m), 1.0f, q_c,
+    detail::sgemm(rows, d_v, m, 1.0f, q_c.data(), m, s.data(), d_v, false, 0.0f, o_c, d_v);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(m), 1.0f, q_c.data(),
                 static_cast<int>(m), z.data(), 1, 0.0f, den.data(), 1);
     // intra-chunk: A = phi(Q_c) phi(K_c)^T masked to j <= i, den += row sums of A, O_c += A V_c
-    detail::sgemm(rows, rows, m, 1.0f, q_c, m, k_c, m, true, 0.0f, a.data(), rows);
+    detail::sgemm(rows, rows, m, 1.0f, q_c.data(), m, k_c.data(), m, true, 0.0f, a.data(), rows);
     for (std::size_t i = 0; i < rows; ++i) {
       float* a_row = a.data() + i * rows;
       std::fill(a_row + i + 1, a_row + rows, 0.0f);
@@ -235,8 +270,8 @@ bool causal_head(float* e_q, float* e_k, const float* v, std::size_t n, std::siz
     }
     detail::sgemm(rows, d_v, rows, 1.0f, a.data(), rows, v_c, d_v, false, 1.0f, o_c, d_v);
     // the state: S += phi(K_c)^T V_c, z += phi(K_c)^T 1
-    add_keys_to_state(k_c, v_c, rows, m, d_v, 1.0f, s.data());
-    add_column_sums(k_c, rows, m, z.data());
+    add_keys_to_state(k_c.data(), v_c, rows, m, d_v, 1.0f, s.data());
+    add_column_sums(k_c.data(), rows, m, z.data());
     if (!normalise_rows(o_c, den.data(), shift.data(), rows, d_v, trust)) return false;
   }
   return true;
@@ -288,28 +323,19 @@ Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v
   const Trust trust{kUnderflowMargin * static_cast<float>(n_k * m), std::log(static_cast<double>(m)),
                     std::log(std::max(1.0, static_cast<double>(max_abs_or_inf(v.data(), v.size()))))};
   const std::vector<float> w = features_as_float(features);
+  const ExponentMap map{w.data(), m, d, input_scale};
   Tensor3 o = Tensor3::from_shape({h, n_q, d_v});
   std::vector<unsigned char> untrusted(h, 0);
   detail::SingleThreadedBlas single_threaded;  // the threads are OpenMP's, one head each
 #pragma omp parallel for schedule(static) num_threads(head_threads(h))
   for (std::ptrdiff_t hh = 0; hh < static_cast<std::ptrdiff_t>(h); ++hh) {
     const auto head = static_cast<std::size_t>(hh);
-    // the exponents of phi+(q^_i) and phi+(k^_j), [n_q, m] and [n_k, m], made features in place
-    std::vector<float> phi_q(n_q * m), phi_k(n_k * m);
-    feature_exponents(q.data() + head * n_q * d, n_q, d, w.data(), m, input_scale, phi_q.data());
-    feature_exponents(k.data() + head * n_k * d, n_k, d, w.data(), m, input_scale, phi_k.data());
-    // every exponent within +-700, where the reference's double features are exact to rounding
-    float q_min = 0.0f, q_max = 0.0f, k_min = 0.0f, k_max = 0.0f;
-    min_max(phi_q.data(), n_q * m, q_min, q_max);
-    min_max(phi_k.data(), n_k * m, k_min, k_max);
-    if (!(std::min(q_min, k_min) >= -kLargestDoubleExponent && std::max(q_max, k_max) <= kLargestDoubleExponent)) {
-      untrusted[head] = 1;
-      continue;
-    }
+    const float* q_head = q.data() + head * n_q * d;
+    const float* k_head = k.data() + head * n_k * d;
     const float* v_head = v.data() + head * n_k * d_v;
     float* o_head = o.data() + head * n_q * d_v;
-    const bool good = causal ? causal_head(phi_q.data(), phi_k.data(), v_head, n_q, m, d_v, trust, o_head)
-                             : non_causal_head(phi_q.data(), phi_k.data(), v_head, n_q, n_k, m, d_v, trust, o_head);
+    const bool good = causal ? causal_head(map, q_head, k_head, v_head, n_q, d_v, trust, o_head)
+                             : non_causal_head(map, q_head, k_head, v_head, n_q, n_k, d_v, trust, o_head);
     if (!good) untrusted[head] = 1;
   }
   // a row float cannot be trusted with: the reference's answer, or its error

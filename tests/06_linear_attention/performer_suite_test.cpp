@@ -1,9 +1,9 @@
 // Chapter 06's Performer attention (FAVOR+) over every backend of its registry that provides it:
 // non-causal and causal, against the double-precision oracle of performer_oracle.hpp with the same
 // random features W (drawn once per case from a fixed seed by ref::draw_performer_features, which
-// every backend shares); odd sizes (n = 1, m = 1, lengths that are not multiples of a SIMD register
-// or of the optimized causal form's chunk of 64), more keys than queries; bad input names the
-// parameter.
+// every backend shares); odd sizes (n = 1, m = 1, lengths that are not multiples of a SIMD register,
+// of the optimized causal form's chunk of 64 or of its non-causal blocks of 64 keys and 256
+// queries), more keys than queries and more queries than keys; bad input names the parameter.
 
 #include <gtest/gtest.h>
 
@@ -42,6 +42,8 @@ const Case kCases[] = {
     // past two chunks of 64, none of them full; m and d_v past a SIMD register, not a multiple of one
     {"causal_orthogonal_h2_n150_d16_dv33_m70", 2, 150, 150, 16, 33, 70, RandomFeatureKind::orthogonal, true, 1.0},
     {"orthogonal_h2_nq70_nk130_d64_dv64_m256", 2, 70, 130, 64, 64, 256, RandomFeatureKind::orthogonal, false, 1.0},
+    // queries past one block of 256 of the optimized non-causal form, the last one ragged
+    {"iid_h1_nq300_nk70_d8_dv5_m20", 1, 300, 70, 8, 5, 20, RandomFeatureKind::iid, false, 1.0},
     // q and k of standard deviation 3: exponents of tens, features over many orders of magnitude
     {"causal_wide_inputs_h2_n90_d16_dv8_m64", 2, 90, 90, 16, 8, 64, RandomFeatureKind::iid, true, 3.0},
 };

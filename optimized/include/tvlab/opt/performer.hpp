@@ -13,6 +13,10 @@
 /// - the attention as `opt::linear_attention` computes it over those features: \f$ S = \phi(K)^\top V \f$
 ///   and \f$ \phi(Q) S \f$ (SGEMMs), or, causal, the chunked form in chunks of 64 positions.
 ///
+/// The exponents and features of a block of rows (64 keys, 256 queries, or a causal chunk of 64)
+/// are made while the block is in cache, and the queries' and causal keys' are used there: the only
+/// \f$ [n, m] \f$ buffer is the non-causal keys' features, which every query reads.
+///
 /// **Stabilised exponents.** Float's exp overflows past \f$ e = 88.7 \f$ (xsimd's from 88.38) where
 /// double's reaches 709.8, and the scaled keys and queries of attention reach such exponents
 /// (\f$ \|\hat x\| \approx 13 \f$ suffices). The kernel is a sum over the features,
