@@ -143,7 +143,8 @@ TEST(Ch06OptPerformer, errors_are_the_references_word_for_word) {
       {"q of another d", [&](auto f) { return f(rng.normal_tensor(2, 3, 5), x, v, features, false); }},
       {"k of other heads", [&](auto f) { return f(x, rng.normal_tensor(1, 3, 4), v, features, false); }},
       {"v of another length", [&](auto f) { return f(x, x, rng.normal_tensor(2, 2, 5), features, false); }},
-      {"causal, k of another length", [&](auto f) { return f(x, rng.normal_tensor(2, 5, 4), rng.normal_tensor(2, 5, 5), features, true); }},
+      {"causal, k of another length",
+       [&](auto f) { return f(x, rng.normal_tensor(2, 5, 4), rng.normal_tensor(2, 5, 5), features, true); }},
       {"empty v", [&](auto f) { return f(x, x, Tensor3::from_shape({2, 3, 0}), features, false); }},
       {"NaN in k", [&](auto f) { return f(x, nan_x, v, features, false); }},
       {"NaN in q", [&](auto f) { return f(nan_x, x, v, features, true); }},
@@ -166,7 +167,8 @@ TEST(Ch06OptPerformer, errors_are_the_references_word_for_word) {
   // the feature map's: its checks, and a feature beyond float's range (omega = x = (20, 0): 200)
   const PerformerFeatures twenty = hand_built({{20.0, 0.0}});
   const Tensor3 big = {{{20.0f, 0.0f}}};
-  for (const auto& [what, run] : std::vector<std::pair<const char*, std::function<Tensor3(decltype(&ref::performer_feature_map))>>>{
+  using MapCall = std::function<Tensor3(decltype(&ref::performer_feature_map))>;
+  for (const auto& [what, run] : std::vector<std::pair<const char*, MapCall>>{
            {"x of another d", [&](auto f) { return f(rng.normal_tensor(1, 2, 3), features); }},
            {"NaN in x", [&](auto f) { return f(nan_x, features); }},
            {"empty features", [&](auto f) { return f(x, PerformerFeatures{}); }},
@@ -193,7 +195,8 @@ TEST(Ch06OptPerformer, the_feature_map_matches_the_reference_to_floats_limit) {
     for (std::size_t head = 0; head < 2; ++head)
       for (std::size_t i = 0; i < 50; ++i) {
         // row i along omega_(i mod m), of length 0.5 + i / 4: omega^T x - |x|^2/2 up to |omega|^2/2
-        const double length = 0.5 + 0.25 * static_cast<double>(i), omega_norm = std::sqrt(xt::sum(xt::square(xt::row(features.w, i % m)))());
+        const double length = 0.5 + 0.25 * static_cast<double>(i);
+        const double omega_norm = std::sqrt(xt::sum(xt::square(xt::row(features.w, i % m)))());
         for (std::size_t c = 0; c < d; ++c)
           x(head, i, c) = static_cast<float>(head == 0 ? length * features.w(i % m, c) / omega_norm : 0.3 * x(head, i, c));
       }

@@ -47,11 +47,12 @@ inline DTensor3 performer_oracle(const Tensor3& q, const Tensor3& k, const Tenso
                                  bool causal) {
   const std::size_t h = q.shape()[0], n_q = q.shape()[1], n_k = k.shape()[1], d_v = v.shape()[2];
   DTensor3 o = xt::zeros<double>({h, n_q, d_v});
+  const double scale = attention_input_scale(f.head_dim());
   for (std::size_t head = 0; head < h; ++head) {
     std::vector<std::vector<double>> phi_k(n_k);
-    for (std::size_t j = 0; j < n_k; ++j) phi_k[j] = positive_features(scaled_row(k, head, j, attention_input_scale(f.head_dim())), f.w);
+    for (std::size_t j = 0; j < n_k; ++j) phi_k[j] = positive_features(scaled_row(k, head, j, scale), f.w);
     for (std::size_t i = 0; i < n_q; ++i) {
-      const std::vector<double> phi_q = positive_features(scaled_row(q, head, i, attention_input_scale(f.head_dim())), f.w);
+      const std::vector<double> phi_q = positive_features(scaled_row(q, head, i, scale), f.w);
       double denominator = 0.0;
       for (std::size_t j = 0; j < (causal ? i + 1 : n_k); ++j) {
         double kappa = 0.0;
@@ -99,7 +100,8 @@ inline double exponent_magnitude(std::initializer_list<const Tensor3*> tensors, 
 /// The double reference rounds once to float (6e-8 relative): the 1e-7 floor.
 inline Tolerance performer_tolerance(const Tensor3& q, const Tensor3& k, const Tensor3& v, const PerformerFeatures& f) {
   const double max_v = static_cast<double>(xt::amax(xt::abs(v))());
-  const double delta = 2.0 * reduction_rtol(f.head_dim()) * exponent_magnitude({&q, &k}, attention_input_scale(f.head_dim()), f) + 2.0 * FLT_EPSILON;
+  const double magnitude = exponent_magnitude({&q, &k}, attention_input_scale(f.head_dim()), f);
+  const double delta = 2.0 * reduction_rtol(f.head_dim()) * magnitude + 2.0 * FLT_EPSILON;
   const double sums = 2.0 * reduction_rtol(k.shape()[1] + f.num_features());
   return {(4.0 * delta + sums) * max_v + 1e-7, 0.0};
 }
