@@ -298,7 +298,7 @@ Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& feature
     feature_exponents(x.data() + head * n * d, n, d, w.data(), m, 1.0f, e);
     float lo = 0.0f, hi = 0.0f;
     min_max(e, n * m, lo, hi);
-    if (hi - log_sqrt_m > kLargestFloatExponent) {
+    if (!(hi - log_sqrt_m <= kLargestFloatExponent)) {  // (a NaN too)
       beyond_float[head] = 1;
       continue;
     }
