@@ -2,8 +2,10 @@
 
 #include "tvlab/opt/delta_rule.hpp"
 #include "tvlab/opt/linear_attention.hpp"
+#include "tvlab/opt/performer.hpp"
 #include "tvlab/ref/delta_rule.hpp"
 #include "tvlab/ref/linear_attention.hpp"
+#include "tvlab/ref/performer.hpp"
 #include "tvlab/student/linear_attention.hpp"
 
 namespace tvlab::linear {
@@ -19,7 +21,8 @@ const std::vector<Backend>& backends() {
        .causal_recurrent = ref::causal_linear_attention_recurrent,
        .causal_chunked = ref::causal_linear_attention_chunked,
        .delta_recurrent = ref::delta_rule_recurrent,
-       .delta_chunked = ref::delta_rule_chunked},
+       .delta_chunked = ref::delta_rule_chunked,
+       .performer = ref::performer_attention},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .linear_attention = opt::linear_attention,
@@ -27,7 +30,8 @@ const std::vector<Backend>& backends() {
        .causal_recurrent = opt::causal_linear_attention_recurrent,
        .causal_chunked = opt::causal_linear_attention_chunked,
        .delta_recurrent = opt::delta_rule_recurrent,
-       .delta_chunked = opt::delta_rule_chunked},
+       .delta_chunked = opt::delta_rule_chunked,
+       .performer = opt::performer_attention},
       // Exercise 06.1, the causal recurrence with its normaliser.
       {.name = "student", .kind = BackendKind::student, .causal_recurrent = student::causal_linear_attention_recurrent},
   };

@@ -13,6 +13,7 @@
 #include "../common/backend.hpp"
 #include "tvlab/core/delta_rule_config.hpp"
 #include "tvlab/core/linear_attention_config.hpp"
+#include "tvlab/core/performer_config.hpp"
 #include "tvlab/core/tensor.hpp"
 
 namespace tvlab::linear {
@@ -42,6 +43,11 @@ using DeltaChunkedFn = std::function<DeltaRuleOutput(
     const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta, const DeltaRuleGate& gate,
     const DeltaRuleConfig& cfg, std::size_t chunk_size, const Tensor3& initial_state)>;
 
+/// Performer attention (FAVOR+) over the random features W `[m, d]`: q `[h, n_q, d]` over k `[h, n_k, d]`,
+/// v `[h, n_k, d_v]`, every key or (`causal`) the keys up to each query. (`ref::performer_attention`'s contract.)
+using PerformerFn = std::function<Tensor3(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                          const PerformerFeatures& features, bool causal)>;
+
 struct Backend {
   std::string name;
   BackendKind kind = BackendKind::reference;
@@ -52,6 +58,7 @@ struct Backend {
   CausalChunkedFn causal_chunked;     ///< causal, chunk by chunk (empty: not provided)
   DeltaFn delta_recurrent;            ///< the delta-rule family, token by token (empty: not provided)
   DeltaChunkedFn delta_chunked;       ///< the delta-rule family, chunk by chunk (empty: not provided)
+  PerformerFn performer;              ///< Performer attention, FAVOR+ (empty: not provided)
 };
 
 /// Every implementation, in the order the lesson reads them.

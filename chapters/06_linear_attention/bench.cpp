@@ -22,6 +22,7 @@
 //   build/default/chapters/bench_06_linear_attention --benchmark_counters_tabular=true
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -38,10 +39,12 @@
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
 #include "tvlab/opt/linear_attention.hpp"
+#include "tvlab/opt/performer.hpp"
 #include "tvlab/ref/delta_rule.hpp"
 #include "tvlab/ref/flash_attention.hpp"
 #include "tvlab/ref/gqa_decode.hpp"
 #include "tvlab/ref/linear_attention.hpp"
+#include "tvlab/ref/performer.hpp"
 
 namespace tvlab::bench {
 namespace {
@@ -295,6 +298,7 @@ void decode_softmax(benchmark::State& state) {
 }  // namespace
 
 void register_delta_rule_benchmarks();
+void register_performer_benchmarks();
 
 void register_benchmarks() {
   add_openblas_sgemm({1024});
@@ -325,6 +329,7 @@ void register_benchmarks() {
   benchmark::AddCustomContext("heads", "8");
   benchmark::AddCustomContext("feature_map", "elu_plus_one, normalised");
   register_delta_rule_benchmarks();
+  register_performer_benchmarks();
 }
 
 // ------------------------------------------------------------------ the delta rule
@@ -499,6 +504,99 @@ void register_delta_rule_benchmarks() {
   add_benchmark("decode_delta_opt_recurrent", decode_delta, [&](Benchmark* b) {
     b->ArgNames({"L", "d"})->ArgsProduct({{1024, 8192, 32768}, dims})->Unit(benchmark::kMicrosecond);
   });
+}
+
+// ------------------------------------------------------------------ the Performer
+//
+// Performer attention (FAVOR+), 8 heads, d = d_v = 64, m = 256 orthogonal random features (drawn
+// once, seed 606), q, k, v ~ N(0, 1), non-causal and causal, T = 1024 and 4096:
+// - performer_ref: `ref::performer_attention` (double loops, one std::exp per feature);
+// - performer_opt: `opt::performer_attention` (exponents by SGEMM, xsimd's exp, SGEMMs, the causal
+//   form in chunks of 64).
+// Both are validated against the reference's output (computed once per shape) before they are
+// timed; `max_err` and `rel_err` as above.
+
+namespace {
+
+constexpr std::size_t kPerformerDim = 64, kPerformerFeatures = 256;
+
+// Multiply-adds, 2 flops each, per head: the exponents of the queries and keys, omega_r . x for m
+// features of width d (2 T m d each), S = phi(K)^T V and the readouts phi(q_i)^T S (2 T m d_v each):
+// 4 T m (d + d_v), causal or not. The optimized causal form's products within each chunk, about
+// 2 T C (m + d_v) more, are not counted (the reference's running sums do not need them); the
+// normalisers (1/d_v of the readouts) neither.
+double performer_flops(std::size_t n) {
+  return static_cast<double>(kHeads) * 4.0 * static_cast<double>(n * kPerformerFeatures * 2 * kPerformerDim);
+}
+
+struct PerformerCase {
+  Tensor3 q, k, v;
+  PerformerFeatures features;
+  Tensor3 expected;  // ref::performer_attention
+  Tolerance tol;
+};
+
+// The tolerance of performer_suite_test.cpp: a feature exp(e - shift) carries the float errors of
+// its exponent and shift, each within reduction_rtol(d) E with E = |omega| |x^| + |x^|^2/2 at most
+// (Cauchy-Schwarz bounds the sum of |omega_c x^_c|), and the exp's 2 ulps: delta = 2 rtol(d) E + 2 eps;
+// the weights phi(q) . phi(k) then 2 delta, which move a weighted average of values by 4 delta
+// max|v|; the float sums over keys and features add 2 reduction_rtol(T + m) max|v|.
+Tolerance performer_tolerance(const PerformerCase& c) {
+  const double d = static_cast<double>(kPerformerDim);
+  double largest_w = 0.0, largest_x = 0.0;
+  for (std::size_t r = 0; r < kPerformerFeatures; ++r)
+    largest_w = std::max(largest_w, std::sqrt(static_cast<double>(xt::sum(xt::square(xt::row(c.features.w, r)))())));
+  for (const Tensor3* x : {&c.q, &c.k}) {
+    const auto norms = xt::sqrt(xt::sum(xt::square(xt::cast<double>(*x)), {2}));
+    largest_x = std::max(largest_x, static_cast<double>(xt::amax(norms)()) / std::pow(d, 0.25));
+  }
+  const double magnitude = largest_w * largest_x + 0.5 * largest_x * largest_x;
+  const double delta = 2.0 * reduction_rtol(kPerformerDim) * magnitude + 2.0 * FLT_EPSILON;
+  const double max_v = static_cast<double>(xt::amax(xt::abs(c.v))());
+  return {(4.0 * delta + 2.0 * reduction_rtol(c.k.shape()[1] + kPerformerFeatures)) * max_v + 1e-7, 0.0};
+}
+
+const PerformerCase& performer_case(std::size_t n, bool causal) {
+  static std::map<std::pair<std::size_t, bool>, PerformerCase> cases;
+  PerformerCase& c = cases[{n, causal}];
+  if (c.expected.size() != 0) return c;
+  Rng rng(606 + n);
+  c.q = rng.normal_tensor(kHeads, n, kPerformerDim);
+  c.k = rng.normal_tensor(kHeads, n, kPerformerDim);
+  c.v = rng.normal_tensor(kHeads, n, kPerformerDim);
+  c.features = ref::draw_performer_features(kPerformerFeatures, kPerformerDim, RandomFeatureKind::orthogonal,
+                                            RowNorms::chi, 606);
+  c.tol = performer_tolerance(c);
+  c.expected = ref::performer_attention(c.q, c.k, c.v, c.features, causal);
+  return c;
+}
+
+// args: T, causal (0 or 1).
+void performer(benchmark::State& state, bool optimized) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const bool causal = state.range(1) != 0;
+  const PerformerCase& c = performer_case(n, causal);
+  auto run = [&] {
+    return optimized ? opt::performer_attention(c.q, c.k, c.v, c.features, causal)
+                     : ref::performer_attention(c.q, c.k, c.v, c.features, causal);
+  };
+  const Tensor3 got = run();
+  const double max_err = static_cast<double>(xt::amax(xt::abs(got - c.expected))());
+  state.counters["max_err"] = max_err;
+  state.counters["rel_err"] = max_err / static_cast<double>(xt::amax(xt::abs(c.expected))());
+  if (!validate(state, got, c.expected, c.tol)) return;
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  state.counters["GFLOP/s"] = gflops(performer_flops(n));
+}
+
+}  // namespace
+
+// Registered after the delta rule's benchmarks.
+void register_performer_benchmarks() {
+  for (const bool optimized : {false, true})
+    add_benchmark(optimized ? "performer_opt" : "performer_ref",
+                  [optimized](benchmark::State& s) { performer(s, optimized); },
+                  [](Benchmark* b) { b->ArgNames({"T", "causal"})->ArgsProduct({{1024, 4096}, {0, 1}}); });
 }
 
 }  // namespace tvlab::bench

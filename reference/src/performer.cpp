@@ -106,12 +106,34 @@ PerformerFeatures draw_performer_features(std::size_t num_features, std::size_t 
   return features;
 }
 
-Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& features) {
-  const char* fn = "performer_feature_map";
+void validate_performer_feature_map_inputs(const char* fn, const Tensor3& x, const PerformerFeatures& features) {
   validate_performer_features(fn, features);
   require_nonempty(fn, "x", x);
   require_dim(fn, "x", x, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
   require_finite(fn, "x", x);
+}
+
+void validate_performer_attention_inputs(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                         const PerformerFeatures& features, bool causal) {
+  validate_performer_features(fn, features);
+  require_nonempty(fn, "q", q);
+  require_nonempty(fn, "k", k);
+  require_nonempty(fn, "v", v);
+  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
+  require_dim(fn, "q", q, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
+  require_dim(fn, "k", k, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
+  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
+  if (causal)
+    require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: causal attention pairs position i of both");
+  require_finite(fn, "q", q);
+  require_finite(fn, "k", k);
+  require_finite(fn, "v", v);
+}
+
+Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& features) {
+  const char* fn = "performer_feature_map";
+  validate_performer_feature_map_inputs(fn, x, features);
   const std::size_t h = x.shape()[0], n = x.shape()[1], m = features.num_features(), d = features.head_dim();
   Tensor3 phi = Tensor3::from_shape({h, n, m});
   std::vector<double> row(d), exponents(m);
@@ -131,20 +153,7 @@ Tensor3 performer_feature_map(const Tensor3& x, const PerformerFeatures& feature
 Tensor3 performer_attention(const Tensor3& q, const Tensor3& k, const Tensor3& v, const PerformerFeatures& features,
                             bool causal) {
   const char* fn = "performer_attention";
-  validate_performer_features(fn, features);
-  require_nonempty(fn, "q", q);
-  require_nonempty(fn, "k", k);
-  require_nonempty(fn, "v", v);
-  require_dim(fn, "k", k, 0, "heads", q.shape()[0], "the heads of q");
-  require_dim(fn, "v", v, 0, "heads", q.shape()[0], "the heads of q");
-  require_dim(fn, "q", q, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
-  require_dim(fn, "k", k, 2, "d", features.head_dim(), "the head_dim of the features, the columns of features.w");
-  require_dim(fn, "v", v, 1, "seq", k.shape()[1], "the seq of k");
-  if (causal)
-    require_dim(fn, "k", k, 1, "seq", q.shape()[1], "the seq of q: causal attention pairs position i of both");
-  require_finite(fn, "q", q);
-  require_finite(fn, "k", k);
-  require_finite(fn, "v", v);
+  validate_performer_attention_inputs(fn, q, k, v, features, causal);
   const std::size_t h = q.shape()[0], n_q = q.shape()[1], n_k = k.shape()[1], d_v = v.shape()[2];
   const std::size_t m = features.num_features(), d = features.head_dim();
   // q^ = d^{-1/4} q and k^ = d^{-1/4} k: q^ . k^ = q . k / sqrt(d), the softmax's scaled score

@@ -48,6 +48,19 @@ PerformerFeatures draw_performer_features(std::size_t num_features, std::size_t 
                                           RowNorms norms, std::uint64_t seed);
 
 /// @ingroup ch06
+/// The checks of `performer_feature_map` on its inputs, for `function` (the optimized version runs
+/// the same ones): W valid (`validate_performer_features`), x not empty, of the features' d, finite.
+/// Throws `tvlab::Error` naming `features.w` or `x`.
+void validate_performer_feature_map_inputs(const char* function, const Tensor3& x, const PerformerFeatures& features);
+
+/// @ingroup ch06
+/// The checks of `performer_attention` on its inputs, for `function` (the optimized version runs the
+/// same ones): W valid, q, k, v not empty, with the heads of q, q and k of the features' d, v as long
+/// as k, k as long as q when `causal`, every value finite. Throws `tvlab::Error` naming the parameter.
+void validate_performer_attention_inputs(const char* function, const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                         const PerformerFeatures& features, bool causal);
+
+/// @ingroup ch06
 /// The positive random features of every row x of `x`, exactly as given (no scaling):
 /// \f$ \phi^+(x)_r = \exp\big(\omega_r^\top x - \|x\|^2/2\big) / \sqrt m \f$, computed in double and
 /// rounded once to float. For attention, the keys and queries are first scaled by \f$ d^{-1/4} \f$
