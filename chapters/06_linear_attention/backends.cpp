@@ -1,5 +1,7 @@
 #include "backends.hpp"
 
+#include "tvlab/cuda/delta_rule.hpp"
+#include "tvlab/cuda/linear_attention.hpp"
 #include "tvlab/opt/delta_rule.hpp"
 #include "tvlab/opt/linear_attention.hpp"
 #include "tvlab/opt/performer.hpp"
@@ -11,7 +13,7 @@
 namespace tvlab::linear {
 
 // Every implementation, in the order the lesson reads them: the reference (plain loops, double
-// accumulation), the optimized CPU versions, then the student's (the exercises).
+// accumulation), the optimized CPU versions, the CUDA kernels, then the student's (the exercises).
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
       {.name = "ref",
@@ -32,6 +34,14 @@ const std::vector<Backend>& backends() {
        .delta_recurrent = opt::delta_rule_recurrent,
        .delta_chunked = opt::delta_rule_chunked,
        .performer = opt::performer_attention},
+      // On a CUDA device: the recurrence (its one-token call the decode step) and the chunked forms.
+      {.name = "cuda",
+       .kind = BackendKind::cuda,
+       .caps = {.needs_device = true},
+       .causal_recurrent = cuda::causal_linear_attention_recurrent,
+       .causal_chunked = cuda::causal_linear_attention_chunked,
+       .delta_recurrent = cuda::delta_rule_recurrent,
+       .delta_chunked = cuda::delta_rule_chunked},
       // Exercise 06.1, the causal recurrence with its normaliser.
       {.name = "student", .kind = BackendKind::student, .causal_recurrent = student::causal_linear_attention_recurrent},
   };

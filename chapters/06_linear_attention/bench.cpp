@@ -31,10 +31,15 @@
 #include <utility>
 
 #include "../common/bench_attention.hpp"
+#include "../common/bench_cuda.hpp"
 #include "../common/bench_support.hpp"
 #include "tvlab/core/compare.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/core/xt.hpp"
+#include "tvlab/cuda/delta_rule.hpp"
+#include "tvlab/cuda/delta_rule_device.hpp"
+#include "tvlab/cuda/linear_attention.hpp"
+#include "tvlab/cuda/linear_attention_device.hpp"
 #include "tvlab/opt/delta_rule.hpp"
 #include "tvlab/opt/flash_attention.hpp"
 #include "tvlab/opt/gqa_decode.hpp"
@@ -299,6 +304,7 @@ void decode_softmax(benchmark::State& state) {
 
 void register_delta_rule_benchmarks();
 void register_performer_benchmarks();
+void register_cuda_benchmarks();
 
 void register_benchmarks() {
   add_openblas_sgemm({1024});
@@ -330,6 +336,7 @@ void register_benchmarks() {
   benchmark::AddCustomContext("feature_map", "elu_plus_one, normalised");
   register_delta_rule_benchmarks();
   register_performer_benchmarks();
+  register_cuda_benchmarks();
 }
 
 // ------------------------------------------------------------------ the delta rule
@@ -412,7 +419,7 @@ const DeltaPrefill& delta_prefill_for(std::size_t n, std::size_t d, bool per_cha
   return held;
 }
 
-// The tests' tolerance (opt_delta_rule_test.cpp): float sums of T d products, reduction_rtol(T d) of
+// The tests' tolerance (delta_rule_suite_test.cpp): float sums of T d products, reduction_rtol(T d) of
 // the outputs' scale, here per element against max|ref|; `rel_err` reports max|opt - ref| / max|ref|
 // over the validated positions.
 bool validate_delta(benchmark::State& state, const Tensor3& got, const DeltaPrefill& in) {
@@ -597,6 +604,155 @@ void register_performer_benchmarks() {
     add_benchmark(optimized ? "performer_opt" : "performer_ref",
                   [optimized](benchmark::State& s) { performer(s, optimized); },
                   [](Benchmark* b) { b->ArgNames({"T", "causal"})->ArgsProduct({{1024, 4096}, {0, 1}}); });
+}
+
+// ------------------------------------------------------------------ on a CUDA device
+//
+// Registered only where a device is present (otherwise listed as not timed, with the reason); the
+// device's work alone is timed (CUDA events, an L2 flush between repeats), inputs already on it:
+// - cuda_linear_recurrent / cuda_linear_chunked: causal linear attention (elu+1, normalised) token
+//   by token, and in chunks of 64;
+// - cuda_delta_chunked / cuda_kda_chunked: Gated DeltaNet and KDA in chunks of 32 and 64;
+// - cuda_decode_linear / cuda_decode_delta: one generated token from a state (linear attention,
+//   Gated DeltaNet), as the CPU's decode_* benchmarks.
+// Every result is first computed through the host-tensor entry point and validated against the
+// reference as the CPU benchmarks are. A timed kernel updates its state in place, so repeats start
+// from the state the previous one left: the same work (normalised outputs; the delta rule's state
+// stays bounded with normalised keys).
+
+namespace {
+
+// A linear-attention call's inputs on the device, a zero state and the output to write.
+struct DeviceLinear {
+  cuda::DeviceBuffer<float> q, k, v, s, z, out;
+  cuda::DeviceBuffer<int> fault;
+  cuda::device::LinearAttentionArgs args;
+
+  DeviceLinear(const Tensor3& q_host, const Tensor3& k_host, const Tensor3& v_host, std::size_t chunk)
+      : q(to_device(q_host)), k(to_device(k_host)), v(to_device(v_host)),
+        s(q_host.shape()[0] * q_host.shape()[2] * v_host.shape()[2]), z(q_host.shape()[0] * q_host.shape()[2]),
+        out(v_host.size()), fault(1) {
+    cuda::device::fill_bytes(s.get(), 0, s.size() * sizeof(float));
+    cuda::device::fill_bytes(z.get(), 0, z.size() * sizeof(float));
+    cuda::device::fill_bytes(fault.get(), 0, sizeof(int));
+    args = {.q = q.get(), .k = k.get(), .v = v.get(), .s = s.get(), .z = z.get(), .out = out.get(),
+            .fault = fault.get(), .heads = q_host.shape()[0], .n = q_host.shape()[1], .m = q_host.shape()[2],
+            .d_v = v_host.shape()[2], .chunk_size = chunk};
+  }
+};
+
+// args: T, d, C (0: the recurrence).
+void cuda_linear(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const auto chunk = static_cast<std::size_t>(state.range(2));
+  const Prefill& in = prefill_for(n, d);
+  LinearAttentionState host_state = empty_state(d);
+  const Tensor3 got = chunk == 0 ? cuda::causal_linear_attention_recurrent(in.q, in.k, in.v, {}, host_state)
+                                 : cuda::causal_linear_attention_chunked(in.q, in.k, in.v, {}, chunk, host_state);
+  if (!validate_prefill(state, got, in)) return;
+  DeviceLinear dev(in.q, in.k, in.v, std::min(chunk, n));
+  time_on_device(state, [&] { cuda::device::causal_linear_attention(dev.args); });
+  state.counters["GFLOP/s"] = gflops(chunk == 0 ? recurrent_flops(n, d) : chunked_flops(n, d, chunk));
+}
+
+// A delta-rule call's inputs on the device, its workspace, the state (`s0`, or zeros) and the output.
+struct DeviceDelta {
+  cuda::DeviceBuffer<float> q, k, v, beta, gate, q_rows, k_rows, s, out;
+  cuda::DeviceBuffer<int> fault;
+  cuda::device::DeltaRuleArgs args;
+
+  DeviceDelta(const Tensor3& q_host, const Tensor3& k_host, const Tensor3& v_host, const Tensor2& beta_host,
+              const DeltaRuleGate& g, const DeltaRuleConfig& cfg, const Tensor3& s0, std::size_t chunk)
+      : q(to_device(q_host)), k(to_device(k_host)), v(to_device(v_host)), beta(beta_host.data(), beta_host.size()),
+        gate(g.per_channel.size() ? cuda::DeviceBuffer<float>(g.per_channel.data(), g.per_channel.size())
+                                  : cuda::DeviceBuffer<float>(g.scalar.data(), g.scalar.size())),
+        q_rows(q_host.size()), k_rows(k_host.size()), s(q_host.shape()[0] * q_host.shape()[2] * v_host.shape()[2]),
+        out(v_host.size()), fault(1) {
+    if (s0.size() != 0)
+      s.upload(s0.data());
+    else
+      cuda::device::fill_bytes(s.get(), 0, s.size() * sizeof(float));
+    cuda::device::fill_bytes(fault.get(), 0, sizeof(int));
+    const std::size_t d_k = q_host.shape()[2];
+    args = {.q = q.get(), .k = k.get(), .v = v.get(), .beta = beta.get(), .gate = gate.get(),
+            .per_channel_gate = g.per_channel.size() != 0, .q_rows = q_rows.get(), .k_rows = k_rows.get(),
+            .state = s.get(), .out = out.get(), .fault = fault.get(), .heads = q_host.shape()[0],
+            .n = q_host.shape()[1], .d_k = d_k, .d_v = v_host.shape()[2], .delta = cfg.delta,
+            .l2_normalize_qk = cfg.l2_normalize_qk,
+            .scale = static_cast<float>(cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k)))),
+            .chunk_size = chunk};
+  }
+};
+
+// args: T, d, C. Gated DeltaNet, or KDA when `per_channel`.
+void cuda_delta_chunked(benchmark::State& state, bool per_channel) {
+  const auto n = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const auto chunk = static_cast<std::size_t>(state.range(2));
+  const DeltaPrefill& in = delta_prefill_for(n, d, per_channel);
+  if (!validate_delta(state, cuda::delta_rule_chunked(in.q, in.k, in.v, in.beta, in.gate, in.cfg, chunk).o, in)) return;
+  DeviceDelta dev(in.q, in.k, in.v, in.beta, in.gate, in.cfg, Tensor3::from_shape({0, 0, 0}), std::min(chunk, n));
+  time_on_device(state, [&] { cuda::device::delta_rule(dev.args); });
+  state.counters["GFLOP/s"] = gflops(delta_chunked_flops(n, d, chunk));
+}
+
+// args: L, d. One token from the state of a context of L positions, as decode_linear: validated
+// against the reference's step from the same state.
+void cuda_decode_linear(benchmark::State& state) {
+  const auto length = static_cast<std::size_t>(state.range(0)), d = static_cast<std::size_t>(state.range(1));
+  const Context& in = context_for(length, d);
+  LinearAttentionState for_ref = in.state, for_cuda = in.state;
+  const Tensor3 expected = ref::causal_linear_attention_recurrent(in.q_new, in.k_new, in.v_new, {}, for_ref);
+  if (!validate(state, cuda::causal_linear_attention_recurrent(in.q_new, in.k_new, in.v_new, {}, for_cuda), expected,
+                linear_tolerance(expected, d)))
+    return;
+  DeviceLinear dev(in.q_new, in.k_new, in.v_new, 0);
+  dev.s.upload(in.state.s.data());
+  dev.z.upload(in.state.z.data());
+  time_on_device(state, [&] { cuda::device::causal_linear_attention(dev.args); });
+  state.counters["state_KiB"] = static_cast<double>(kHeads * (d * d + d) * sizeof(float)) / 1024;
+}
+
+// args: d. One token of Gated DeltaNet from a state S_0 ~ N(0, 0.25) (the step's work does not
+// depend on how long the context was), validated against the reference's step.
+void cuda_decode_delta(benchmark::State& state) {
+  const auto d = static_cast<std::size_t>(state.range(0));
+  Rng rng(68 + d);
+  const Tensor3 q = rng.normal_tensor(kHeads, 1, d), k = rng.normal_tensor(kHeads, 1, d), v = rng.normal_tensor(kHeads, 1, d);
+  const Tensor3 s0 = rng.normal_tensor(kHeads, d, d, 0.0, 0.5);
+  Tensor2 beta = Tensor2::from_shape({kHeads, 1});
+  beta.fill(0.5f);
+  DeltaRuleGate gate;
+  gate.scalar = Tensor2::from_shape({kHeads, 1});
+  gate.scalar.fill(std::log(0.99f));
+  DeltaRuleConfig cfg;
+  cfg.l2_normalize_qk = true;
+  const Tensor3 expected = ref::delta_rule_recurrent(q, k, v, beta, gate, cfg, s0).o;
+  if (!validate(state, cuda::delta_rule_recurrent(q, k, v, beta, gate, cfg, s0).o, expected,
+                linear_tolerance(expected, d)))
+    return;
+  DeviceDelta dev(q, k, v, beta, gate, cfg, s0, 0);
+  time_on_device(state, [&] { cuda::device::delta_rule(dev.args); });
+  state.counters["state_KiB"] = static_cast<double>(kHeads * d * d * sizeof(float)) / 1024;
+}
+
+}  // namespace
+
+// Registered last: only where a device is present.
+void register_cuda_benchmarks() {
+  add_device_benchmark("cuda_linear_recurrent", cuda_linear,
+                       [](Benchmark* b) { b->ArgNames({"T", "d", "C"})->ArgsProduct({{4096}, {64, 128}, {0}}); });
+  add_device_benchmark("cuda_linear_chunked", cuda_linear, [](Benchmark* b) {
+    b->ArgNames({"T", "d", "C"})->ArgsProduct({{4096, 16384}, {64, 128}, {64}});
+  });
+  for (const bool kda : {false, true})
+    add_device_benchmark(kda ? "cuda_kda_chunked" : "cuda_delta_chunked",
+                         [kda](benchmark::State& s) { cuda_delta_chunked(s, kda); }, [](Benchmark* b) {
+                           b->ArgNames({"T", "d", "C"})->ArgsProduct({{4096, 16384}, {128}, {32, 64}});
+                         });
+  add_device_benchmark("cuda_decode_linear", cuda_decode_linear,
+                       [](Benchmark* b) { b->ArgNames({"L", "d"})->ArgsProduct({{1024}, {64, 128}}); });
+  add_device_benchmark("cuda_decode_delta", cuda_decode_delta,
+                       [](Benchmark* b) { b->ArgNames({"d"})->ArgsProduct({{64, 128}}); });
 }
 
 }  // namespace tvlab::bench

@@ -1,5 +1,5 @@
 #pragma once
-// What chapter 06's delta-rule tests share (delta_rule_test.cpp, opt_delta_rule_test.cpp): one
+// What chapter 06's delta-rule tests share (delta_rule_test.cpp, delta_rule_suite_test.cpp): one
 // call's inputs drawn at random for a member of the family, and the relative RMS error they
 // compare with.
 

@@ -116,6 +116,7 @@ class NonCausal : public ::testing::TestWithParam<std::tuple<Backend, Case>> {};
 
 TEST_P(NonCausal, matches_the_double_oracle) {
   const auto& [backend, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   const std::uint64_t seed = 601 + c.n;
   const Inputs in = make_inputs(c, seed);
   // Queries over a longer set of keys: n_q = n, n_k = n + 3.
@@ -143,6 +144,7 @@ class Causal : public ::testing::TestWithParam<std::tuple<Backend, Case>> {};
 // parallel form) and n + 4 (one chunk, longer than the sequence).
 TEST_P(Causal, three_forms_match_the_double_oracle) {
   const auto& [backend, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   TVLAB_EXERCISE(backend, "06.1");
   const std::uint64_t seed = 611 + c.n;
   const Inputs in = make_inputs(c, seed);
@@ -176,6 +178,7 @@ Tensor3 positions(const Tensor3& x, std::size_t begin, std::size_t end) {
 // the outputs are the oracle's rows, and the state holds sum_j phi(k_j) v_j^T and sum_j phi(k_j).
 TEST_P(Causal, a_carried_state_equals_one_pass) {
   const auto& [backend, c] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   TVLAB_EXERCISE(backend, "06.1");
   const std::uint64_t seed = 621 + c.n;
   const Inputs in = make_inputs(c, seed);
@@ -223,6 +226,7 @@ class Errors : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(Errors, bad_input_names_the_parameter_and_leaves_the_state) {
   const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   TVLAB_EXERCISE(backend, "06.1");
   Rng rng(631);
   const Tensor3 q = rng.normal_tensor(2, 5, 4), k = rng.normal_tensor(2, 5, 4), v = rng.normal_tensor(2, 5, 3);
@@ -276,6 +280,7 @@ TEST_P(Errors, bad_input_names_the_parameter_and_leaves_the_state) {
 // A state holding NaN or infinity is named, whichever the call's length and normalisation.
 TEST_P(Errors, a_non_finite_state_is_named) {
   const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   TVLAB_EXERCISE(backend, "06.1");
   Rng rng(632);
   for (const std::size_t n : {std::size_t{1}, std::size_t{4}})
@@ -297,6 +302,7 @@ TEST_P(Errors, a_non_finite_state_is_named) {
 // errors, and leave the state as it was.
 TEST_P(Errors, outputs_beyond_float_are_named) {
   const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   TVLAB_EXERCISE(backend, "06.1");
   Rng rng(633);
   for (const std::size_t n : {std::size_t{1}, std::size_t{5}}) {
