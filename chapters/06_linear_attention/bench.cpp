@@ -624,18 +624,18 @@ namespace {
 
 // A linear-attention call's inputs on the device, a zero state and the output to write.
 struct DeviceLinear {
-  cuda::DeviceBuffer<float> q, k, v, s, z, out;
+  cuda::DeviceBuffer<float> q, k, v, s, z, z_out, out;
   cuda::DeviceBuffer<int> fault;
   cuda::device::LinearAttentionArgs args;
 
   DeviceLinear(const Tensor3& q_host, const Tensor3& k_host, const Tensor3& v_host, std::size_t chunk)
       : q(to_device(q_host)), k(to_device(k_host)), v(to_device(v_host)),
         s(q_host.shape()[0] * q_host.shape()[2] * v_host.shape()[2]), z(q_host.shape()[0] * q_host.shape()[2]),
-        out(v_host.size()), fault(1) {
+        z_out(z.size()), out(v_host.size()), fault(1) {
     cuda::device::fill_bytes(s.get(), 0, s.size() * sizeof(float));
     cuda::device::fill_bytes(z.get(), 0, z.size() * sizeof(float));
     cuda::device::fill_bytes(fault.get(), 0, sizeof(int));
-    args = {.q = q.get(), .k = k.get(), .v = v.get(), .s = s.get(), .z = z.get(), .out = out.get(),
+    args = {.q = q.get(), .k = k.get(), .v = v.get(), .s = s.get(), .z = z.get(), .z_out = z_out.get(), .out = out.get(),
             .fault = fault.get(), .heads = q_host.shape()[0], .n = q_host.shape()[1], .m = q_host.shape()[2],
             .d_v = v_host.shape()[2], .chunk_size = chunk};
   }

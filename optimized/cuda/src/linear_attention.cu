@@ -5,7 +5,8 @@
 // them, all m rows (grid: head x blocks of 32 value columns). Its 128 threads are 4 warps; lane l
 // holds column l of the block and warp w the rows c = w, w + 4, ...: every thread updates and
 // reads the same elements of the shared S at every step, and only the sums over rows cross warps.
-// Every block keeps its own copy of z (m floats); the first column block writes it back.
+// Every block keeps its own copy of z (m floats), read from `z`; the first column block writes it
+// to `z_out`, another array, so that no block can read a z another has already advanced.
 
 #include <cmath>
 
@@ -88,7 +89,7 @@ __global__ void linear_recurrent_kernel(LinearAttentionArgs a) {
   for (int c = warp; c < m; c += kWarps)
     if (has_col) s_head[c * a.d_v + col] = S[c * kColumns + lane];
   if (blockIdx.y == 0)
-    for (int c = threadIdx.x; c < m; c += kThreads) a.z[head * a.m + c] = z[c];
+    for (int c = threadIdx.x; c < m; c += kThreads) a.z_out[head * a.m + c] = z[c];
 }
 
 // One (head, 32 columns) per thread block, chunk by chunk of C positions; for i in the chunk,
@@ -161,7 +162,7 @@ __global__ void linear_chunked_kernel(LinearAttentionArgs a) {
   for (int c = warp; c < m; c += kWarps)
     if (has_col) s_head[c * a.d_v + col] = S[c * kColumns + lane];
   if (blockIdx.y == 0)
-    for (int c = threadIdx.x; c < m; c += kThreads) a.z[head * a.m + c] = z[c];
+    for (int c = threadIdx.x; c < m; c += kThreads) a.z_out[head * a.m + c] = z[c];
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace {
 bool run_on_device(const Tensor3& q, const Tensor3& k, const Tensor3& v, const LinearAttentionConfig& cfg,
                    std::size_t chunk_size, LinearAttentionState& state, Tensor3& out) {
   DeviceBuffer<float> dq(q.data(), q.size()), dk(k.data(), k.size()), dv(v.data(), v.size());
-  DeviceBuffer<float> ds(state.s.data(), state.s.size()), dz(state.z.data(), state.z.size());
+  DeviceBuffer<float> ds(state.s.data(), state.s.size()), dz(state.z.data(), state.z.size()), dz_out(state.z.size());
   DeviceBuffer<float> dout(out.size());
   const int no_fault = 0;
   DeviceBuffer<int> fault(&no_fault, 1);
@@ -30,6 +30,7 @@ bool run_on_device(const Tensor3& q, const Tensor3& k, const Tensor3& v, const L
   args.v = dv.get();
   args.s = ds.get();
   args.z = dz.get();
+  args.z_out = dz_out.get();
   args.out = dout.get();
   args.fault = fault.get();
   args.heads = q.shape()[0];
@@ -46,7 +47,7 @@ bool run_on_device(const Tensor3& q, const Tensor3& k, const Tensor3& v, const L
   if (flagged != 0) return false;
   dout.download(out.data());
   ds.download(state.s.data());
-  dz.download(state.z.data());
+  dz_out.download(state.z.data());
   return true;
 }
 

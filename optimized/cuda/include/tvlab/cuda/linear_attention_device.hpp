@@ -12,13 +12,15 @@ namespace tvlab::cuda::device {
 /// The feature map \f$ \phi \f$, numbered as `tvlab::FeatureMap`.
 enum class LinearFeatureMap { elu_plus_one = 0, relu = 1, identity = 2 };
 
-/// One causal linear attention pass from the state (S, z), which it updates in place.
+/// One causal linear attention pass from the state (S, z): S updated in place, z written to `z_out`.
 struct LinearAttentionArgs {
   const float* q = nullptr;  ///< `[heads, n, m]`
   const float* k = nullptr;  ///< `[heads, n, m]`
   const float* v = nullptr;  ///< `[heads, n, d_v]`
-  float* s = nullptr;        ///< \f$ S \f$ `[heads, m, d_v]`, in and out
-  float* z = nullptr;        ///< \f$ z \f$ `[heads, m]`, in and out
+  float* s = nullptr;        ///< \f$ S \f$ `[heads, m, d_v]`, in and out (each thread block its own columns)
+  const float* z = nullptr;  ///< \f$ z \f$ `[heads, m]` before the pass
+  /// \f$ z \f$ after the pass (another array: every thread block reads z, one writes it).
+  float* z_out = nullptr;
   float* out = nullptr;      ///< `[heads, n, d_v]`
   /// 0 when every normaliser was positive and finite and every output finite; 1 otherwise (the host
   /// then lets the reference name the row).
