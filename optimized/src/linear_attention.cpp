@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "detail/blas.hpp"
+#include "detail/causal_chunk_mask.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/linear_attention.hpp"
 
@@ -402,14 +403,7 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
       for (std::size_t i = 0; i < rows; ++i) denominators[i] = dot(phi_q.data() + i * m, z, m);
       // intra-chunk: A = scale phi(Q_[c]) phi(K_[c])^T, A_ij = 0 for j > i, O_[c] += A V_[c]
       detail::sgemm(rows, rows, m, 1.0f, phi_q.data(), m, phi_k.data(), m, true, 0.0f, a.data(), rows);
-      for (std::size_t i = 0; i < rows; ++i) {
-        float* a_row = a.data() + i * rows;
-        std::fill(a_row + i + 1, a_row + rows, 0.0f);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (std::size_t j = 0; j <= i; ++j) sum += a_row[j];
-        denominators[i] += sum;
-      }
+      detail::mask_causal_and_add_row_sums(a.data(), rows, denominators.data());
       detail::sgemm(rows, d_v, rows, 1.0f, a.data(), rows, v_c, d_v, false, 1.0f, o_c, d_v);
       // the state: S_[c] = S_[c-1] + phi(K_[c])^T V_[c],  z_[c] = z_[c-1] + phi(K_[c])^T 1
       sgemm_transposed_a(m, d_v, rows, phi_k.data(), m, v_c, d_v, 1.0f, s, d_v);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "detail/blas.hpp"
+#include "detail/causal_chunk_mask.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/xt.hpp"
 #include "tvlab/ref/performer.hpp"
@@ -260,14 +261,7 @@ bool causal_head(const ExponentMap& map, const float* q, const float* k, const f
                 static_cast<int>(m), z.data(), 1, 0.0f, den.data(), 1);
     // intra-chunk: A = phi(Q_c) phi(K_c)^T masked to j <= i, den += row sums of A, O_c += A V_c
     detail::sgemm(rows, rows, m, 1.0f, q_c.data(), m, k_c.data(), m, true, 0.0f, a.data(), rows);
-    for (std::size_t i = 0; i < rows; ++i) {
-      float* a_row = a.data() + i * rows;
-      std::fill(a_row + i + 1, a_row + rows, 0.0f);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (std::size_t j = 0; j <= i; ++j) sum += a_row[j];
-      den[i] += sum;
-    }
+    detail::mask_causal_and_add_row_sums(a.data(), rows, den.data());
     detail::sgemm(rows, d_v, rows, 1.0f, a.data(), rows, v_c, d_v, false, 1.0f, o_c, d_v);
     // the state: S += phi(K_c)^T V_c, z += phi(K_c)^T 1
     add_keys_to_state(k_c.data(), v_c, rows, m, d_v, 1.0f, s.data());
