@@ -27,12 +27,6 @@ namespace {
 
 using tvlab::testing::matches;
 
-#define TVLAB_SKIP_WITHOUT_CUDA_DEVICE()                                                 \
-  do {                                                                                  \
-    if (!::tvlab::cuda::device_available())                                             \
-      GTEST_SKIP() << "no CUDA device (" << ::tvlab::cuda::device_description() << ")"; \
-  } while (0)
-
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // What a kernel must produce, from chapter 00's double oracle with each head's mask: the outputs

@@ -194,12 +194,6 @@ TEST(Ch04SixteenBitInputs, rejects_bad_input_naming_the_parameter) {
 
 // ------------------------------------------------------------------- the tensor-core kernel (GPU)
 
-#define TVLAB_SKIP_WITHOUT_CUDA_DEVICE()                                                              \
-  do {                                                                                               \
-    if (!::tvlab::cuda::device_available())                                                          \
-      GTEST_SKIP() << "no CUDA device (" << ::tvlab::cuda::device_description() << ")";              \
-  } while (0)
-
 // Square and causal; queries that are the last 100 of 300 keys with head dimensions that need
 // padding to 16; head_dim 256 with tiles the kernel must shrink to fit shared memory; more queries
 // than keys; a single token.

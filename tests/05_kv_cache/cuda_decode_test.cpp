@@ -30,12 +30,6 @@ namespace {
 using tvlab::testing::matches;
 using tvlab::testing::throws_error_naming;
 
-#define TVLAB_SKIP_WITHOUT_CUDA_DEVICE()                                                 \
-  do {                                                                                  \
-    if (!::tvlab::cuda::device_available())                                             \
-      GTEST_SKIP() << "no CUDA device (" << ::tvlab::cuda::device_description() << ")"; \
-  } while (0)
-
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // ---- the oracle ----

@@ -27,12 +27,6 @@ using tvlab::ch06_testing::random_problem;
 using tvlab::ch06_testing::relative_rms_error;
 using tvlab::testing::throws_error_naming;
 
-#define TVLAB_SKIP_WITHOUT_CUDA_DEVICE()                                                 \
-  do {                                                                                  \
-    if (!::tvlab::cuda::device_available())                                             \
-      GTEST_SKIP() << "no CUDA device (" << ::tvlab::cuda::device_description() << ")"; \
-  } while (0)
-
 struct Inputs {
   Tensor3 q, k, v;
 };

@@ -111,6 +111,14 @@ template <class F>
 #define TVLAB_EXERCISE(backend, exercise) \
   const ::tvlab::testing::ExerciseScope tvlab_exercise_scope_((backend), (exercise), TVLAB_CHAPTER_NAME, __FILE__, __LINE__)
 
+/// In a test of `tvlab::cuda` functions outside a registry: skip, saying why, where there is no
+/// CUDA device (the file includes `tvlab/cuda/runtime.hpp`).
+#define TVLAB_SKIP_WITHOUT_CUDA_DEVICE()                                                 \
+  do {                                                                                  \
+    if (!::tvlab::cuda::device_available())                                             \
+      GTEST_SKIP() << "no CUDA device (" << ::tvlab::cuda::device_description() << ")"; \
+  } while (0)
+
 /// In a test over a backend registry: skip an entry this machine cannot run (a CUDA kernel
 /// without a device), saying why.
 #define TVLAB_SKIP_WITHOUT_DEVICE(backend)                                                \
