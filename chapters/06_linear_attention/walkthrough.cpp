@@ -135,9 +135,9 @@ std::vector<DocumentCheck> document_checks() {
 
 struct Inputs {
   Tensor3 q, k, v;
-  Tensor2 beta;                 // [h, n], Gated DeltaNet's writing strengths in (0, 1)
-  DeltaRuleGate gate;           // its scalar log gates, below 0
-  PerformerFeatures features;   // the Performer's random features W [m, d]
+  Tensor2 beta;                // [h, n], Gated DeltaNet's writing strengths in (0, 1)
+  DeltaRuleGate gate;          // its scalar log gates, below 0
+  PerformerFeatures features;  // the Performer's random features W [m, d]
 };
 Inputs make_inputs(const Options& o, std::uint64_t seed) {
   Rng rng(seed);
@@ -164,11 +164,10 @@ DeltaRuleConfig gated_deltanet() {
 }
 
 // Every output a backend gives: the non-causal form, the three causal ones, Gated DeltaNet two ways,
-// the Performer non-causal and causal. The outputs are
-// weighted averages of N(0, 1) values through float sums of at most n m products: 1e-5 of their
-// largest magnitude, at least 1e-5 (the comparison takes the reference's). The identity map,
-// normalised, weighs with both signs: a normaliser that nearly cancels magnifies an output and
-// its float error alike.
+// the Performer non-causal and causal. The outputs are weighted averages of N(0, 1) values through
+// float sums of at most n m products: 1e-5 of their largest magnitude, at least 1e-5 (the
+// comparison takes the reference's). The identity map, normalised, weighs with both signs: a
+// normaliser that nearly cancels magnifies an output and its float error alike.
 //
 // The Performer's outputs carry, besides, the float error of its exponents
 // e_r = omega_r^T x^ - |x^|^2/2 (x^ = d^{-1/4} x): about eps E for a sum of terms no larger than
@@ -183,7 +182,10 @@ double performer_slack(const Inputs& in) {
   for (const Tensor3* x : {&in.q, &in.k})
     for (std::size_t row = 0; row < x->size() / d; ++row) {
       double squared = 0.0;
-      for (std::size_t c = 0; c < d; ++c) squared += std::pow(scale * x->data()[row * d + c], 2);
+      for (std::size_t c = 0; c < d; ++c) {
+        const double x_c = scale * x->data()[row * d + c];
+        squared += x_c * x_c;
+      }
       largest_x = std::max(largest_x, std::sqrt(squared));
     }
   for (std::size_t r = 0; r < in.features.num_features(); ++r)
