@@ -1,10 +1,12 @@
 // `tvlab 06_linear_attention` (alias `tvlab linear`): kernelised linear attention. --step walks the
 // documents' worked example (one query, three keys: softmax weights against the ReLU kernel's
 // scores, and where the two rankings part); a run computes the non-causal form and the causal
-// form three ways (recurrence, masked parallel, chunks) through every backend of the registry;
+// form three ways (recurrence, masked parallel, chunks), Gated DeltaNet and the Performer through
+// every backend of the registry;
 // --markdown prints results.md and `tvlab tour` checks the agreement and the documents' numbers.
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <iostream>
 #include <numeric>
@@ -28,7 +30,7 @@ namespace {
 using linear::backends;
 
 struct Options : StandardOptions {
-  int seq = 12, heads = 2, dim = 8, chunk = 5;
+  int seq = 12, heads = 2, dim = 8, chunk = 5, performer_features = 32;
   std::string feature_map = "elu_plus_one";
 };
 
@@ -133,8 +135,9 @@ std::vector<DocumentCheck> document_checks() {
 
 struct Inputs {
   Tensor3 q, k, v;
-  Tensor2 beta;        // [h, n], Gated DeltaNet's writing strengths in (0, 1)
-  DeltaRuleGate gate;  // its scalar log gates, below 0
+  Tensor2 beta;                // [h, n], Gated DeltaNet's writing strengths in (0, 1)
+  DeltaRuleGate gate;          // its scalar log gates, below 0
+  PerformerFeatures features;  // the Performer's random features W [m, d]
 };
 Inputs make_inputs(const Options& o, std::uint64_t seed) {
   Rng rng(seed);
@@ -147,6 +150,9 @@ Inputs make_inputs(const Options& o, std::uint64_t seed) {
     in.beta.data()[i] = static_cast<float>(1.0 / (1.0 + std::exp(-rng.normal())));
     in.gate.scalar.data()[i] = static_cast<float>(-std::log1p(std::exp(-(rng.normal() + 3.0))));
   }
+  // m orthogonal features from the run's seed, shared by every backend (drawn by the reference)
+  in.features = ref::draw_performer_features(static_cast<std::size_t>(o.performer_features), d,
+                                             RandomFeatureKind::orthogonal, RowNorms::chi, seed);
   return in;
 }
 
@@ -157,17 +163,43 @@ DeltaRuleConfig gated_deltanet() {
   return cfg;
 }
 
-// Every output a backend gives: the non-causal form, the three causal ones, Gated DeltaNet two ways. The outputs are
-// weighted averages of N(0, 1) values through float sums of at most n m products: 1e-5 of their
-// largest magnitude, at least 1e-5 (the comparison takes the reference's). The identity map,
-// normalised, weighs with both signs: a normaliser that nearly cancels magnifies an output and
-// its float error alike.
+// Every output a backend gives: the non-causal form, the three causal ones, Gated DeltaNet two ways,
+// the Performer non-causal and causal. The outputs are weighted averages of N(0, 1) values through
+// float sums of at most n m products: 1e-5 of their largest magnitude, at least 1e-5 (the
+// comparison takes the reference's). The identity map, normalised, weighs with both signs: a
+// normaliser that nearly cancels magnifies an output and its float error alike.
+//
+// The Performer's outputs carry, besides, the float error of its exponents
+// e_r = omega_r^T x^ - |x^|^2/2 (x^ = d^{-1/4} x): about eps E for a sum of terms no larger than
+// E = max_r |omega_r| max |x^| + max |x^|^2 / 2 (Cauchy-Schwarz), once in the exponent and once in the
+// shift that stabilises it, so each feature is within delta = 2 eps E (relative); a product of two
+// features within 2 delta, and a weighted average of the v_j, whose weights are those products,
+// moves by twice that times max |v|: 8 eps E max |v| more.
+double performer_slack(const Inputs& in) {
+  const std::size_t d = in.q.shape()[2];
+  const double scale = std::pow(static_cast<double>(d), -0.25);
+  double largest_x = 0.0, largest_w = 0.0;
+  for (const Tensor3* x : {&in.q, &in.k})
+    for (std::size_t row = 0; row < x->size() / d; ++row) {
+      double squared = 0.0;
+      for (std::size_t c = 0; c < d; ++c) {
+        const double x_c = scale * x->data()[row * d + c];
+        squared += x_c * x_c;
+      }
+      largest_x = std::max(largest_x, std::sqrt(squared));
+    }
+  for (std::size_t r = 0; r < in.features.num_features(); ++r)
+    largest_w = std::max(largest_w, std::sqrt(xt::sum(xt::square(xt::row(in.features.w, r)))()));
+  const double e = largest_w * largest_x + 0.5 * largest_x * largest_x;
+  return 8.0 * FLT_EPSILON * e * static_cast<double>(xt::amax(xt::abs(in.v))());
+}
+
 std::optional<Run> run_one(const linear::Backend& b, const Inputs& in, const LinearAttentionConfig& cfg,
                            std::size_t chunk) {
   Run run;
   const std::size_t h = in.q.shape()[0], m = in.q.shape()[2], d_v = in.v.shape()[2];
-  auto add = [&run](const char* name, const Tensor3& out) {
-    run.outputs.push_back({name, out, 1e-5 * std::max(1.0, static_cast<double>(xt::amax(xt::abs(out))()))});
+  auto add = [&run](const char* name, const Tensor3& out, double slack = 0.0) {
+    run.outputs.push_back({name, out, 1e-5 * std::max(1.0, static_cast<double>(xt::amax(xt::abs(out))())) + slack});
   };
   if (b.linear_attention) add("linear_attention", b.linear_attention(in.q, in.k, in.v, cfg));
   if (b.causal_parallel) add("causal_parallel", b.causal_parallel(in.q, in.k, in.v, cfg));
@@ -185,6 +217,11 @@ std::optional<Run> run_one(const linear::Backend& b, const Inputs& in, const Lin
     add("gated_deltanet_recurrent", b.delta_recurrent(in.q, in.k, in.v, in.beta, in.gate, gated_deltanet(), no_state).o);
   if (b.delta_chunked)
     add("gated_deltanet_chunked", b.delta_chunked(in.q, in.k, in.v, in.beta, in.gate, gated_deltanet(), chunk, no_state).o);
+  // The Performer (FAVOR+) over the run's random features: every key, then the keys up to each query
+  if (b.performer) {
+    add("performer", b.performer(in.q, in.k, in.v, in.features, false), performer_slack(in));
+    add("performer_causal", b.performer(in.q, in.k, in.v, in.features, true), performer_slack(in));
+  }
   if (run.outputs.empty()) return std::nullopt;
   return run;
 }
@@ -338,13 +375,19 @@ int run(const Options& o, const GlobalOptions& g) {
   require_positive(TVLAB_CHAPTER_NAME, "--heads", o.heads);
   require_positive(TVLAB_CHAPTER_NAME, "--dim", o.dim);
   require_positive(TVLAB_CHAPTER_NAME, "--chunk", o.chunk);
+  require_positive(TVLAB_CHAPTER_NAME, "--performer-features", o.performer_features);
   const auto h = static_cast<std::uint64_t>(o.heads), n = static_cast<std::uint64_t>(o.seq);
-  const auto d = static_cast<std::uint64_t>(o.dim);
-  // What the run will take, before anything is allocated: q, k, v and six outputs per backend;
-  // the reference's parallel form, n^2 d products per head.
+  const auto d = static_cast<std::uint64_t>(o.dim), m = static_cast<std::uint64_t>(o.performer_features);
+  // What the run will take, before anything is allocated: q, k, v and eight outputs per backend;
+  // the Performer's W [m, d] and one head's key features [n, m], in double; the reference's
+  // parallel form, n^2 d products per head, and its Performer, per form and position m (2 d) for
+  // the exponents of q and k, m (2 kExpCost) for their exponentials, m (2 d) for S and its read.
   RunCost cost;
-  cost.memory("q, k, v and every backend's six outputs", {3 + 6 * backends().size(), h, n, d}, sizeof(float), "--seq")
-      .work("the reference's masked parallel form", {h, n, n, d}, "--seq");
+  cost.memory("q, k, v and every backend's eight outputs", {3 + 8 * backends().size(), h, n, d}, sizeof(float), "--seq")
+      .memory("the Performer's features W and one head's key features", {m, d + n}, sizeof(double),
+              "--performer-features")
+      .work("the reference's masked parallel form", {h, n, n, d}, "--seq")
+      .work("the reference's Performer, both forms", {2, h, n, m, 4 * d + 2 * kExpCost}, "--performer-features");
   cost.require_affordable(g, o);
   const Inputs in = make_inputs(o, g.seed);
   LinearAttentionConfig cfg;
@@ -358,12 +401,14 @@ int run(const Options& o, const GlobalOptions& g) {
   dump.write("q", in.q);
   dump.write("k", in.k);
   dump.write("v", in.v);
+  dump.write_double("performer_features_w", in.features.w);
   const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
                          "linear attention: heads " + std::to_string(o.heads) + ", seq " + std::to_string(o.seq) +
                              ", dim " + std::to_string(o.dim) + ", chunk " + std::to_string(o.chunk) + ", " +
-                             o.feature_map + ", seed " + std::to_string(g.seed),
+                             o.feature_map + ", Performer features " + std::to_string(o.performer_features) +
+                             ", seed " + std::to_string(g.seed),
                          {{"heads", o.heads}, {"seq", o.seq}, {"dim", o.dim}, {"chunk", o.chunk},
-                          {"feature_map", o.feature_map}},
+                          {"feature_map", o.feature_map}, {"performer_features", o.performer_features}},
                          g.format == "json"};
   return run_backends(backends(), o.backend, one, expected, dump, report);
 }
@@ -375,20 +420,22 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = TVLAB_CHAPTER_NAME;
   c.alias = "linear";
-  c.summary = "linear attention: the kernel trick, causal recurrent / parallel / chunked forms, the delta rule";
+  c.summary = "linear attention: the kernel trick, causal recurrent / parallel / chunked forms, the delta rule, the Performer";
   c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(
         root, global, TVLAB_CHAPTER_NAME, "linear",
         "Linear attention: phi(Q)(phi(K)^T V), and causal linear attention three ways", *o,
         "walk the documents' example (softmax against the ReLU kernel, the rankings), then the delta rule's overwrite",
-        "write q.npy, k.npy, v.npy and <output>_<backend>.npy to DIR", backend_lines(backends()),
+        "write q.npy, k.npy, v.npy, performer_features_w.npy and <output>_<backend>.npy to DIR", backend_lines(backends()),
         [o, &global] { return run(*o, global); });
     sub.option("--seq", o->seq, "positions n");
     sub.option("--heads", o->heads, "heads h");
     sub.option("--dim", o->dim, "width d of q, k and v");
     sub.option("--chunk", o->chunk, "chunk size C of the chunked causal form");
     sub.choice("--feature-map", o->feature_map, {"elu_plus_one", "relu", "identity"}, "the feature map phi");
+    sub.option("--performer-features", o->performer_features,
+               "random features m of the Performer (orthogonal, drawn from --seed)");
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(/*include_cuda=*/true), document_checks()}; };
   return c;

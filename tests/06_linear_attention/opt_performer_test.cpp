@@ -216,5 +216,48 @@ TEST(Ch06OptPerformer, the_feature_map_matches_the_reference_to_floats_limit) {
   EXPECT_EQ(at_edge(0, 0, 0), ref::performer_feature_map(edge, one_row)(0, 0, 0));
 }
 
+// A seeded sweep over the scales where float's limits bite: q and k of standard deviation 0.1 to
+// 30 (each on its own), W's rows up to 6 times longer, v of 1 or 1000, causal or not, odd sizes.
+// Exponents then run from tiny to beyond double's range, so each case lands on the stabilised float
+// path, on the reference's answer, or on the reference's error. Whatever the path: the same error
+// word for word when the reference throws, and otherwise a finite result within the double
+// oracle's tolerance (performer_tolerance). Every path must be taken at least once.
+TEST(Ch06OptPerformer, a_sweep_of_hostile_scales_never_leaves_the_references_contract) {
+  const std::uint64_t seed = 697;
+  Rng rng(seed);
+  const auto pick = [&rng](std::size_t count) { return static_cast<std::size_t>(rng.uniform() * count); };
+  const double input_std[] = {0.1, 1.0, 3.0, 6.0, 12.0, 30.0}, w_scale[] = {1.0, 3.0, 6.0};
+  int float_path = 0, reference_answer = 0, reference_error = 0;
+  for (int it = 0; it < 120; ++it) {
+    const bool causal = pick(2) == 1;
+    const std::size_t h = 1 + pick(3), n_q = 1 + pick(140), d = 1 + pick(20), d_v = 1 + pick(9), m = 1 + pick(80);
+    const std::size_t n_k = causal ? n_q : 1 + pick(140);
+    const Tensor3 q = rng.normal_tensor(h, n_q, d, 0.0, input_std[pick(6)]);
+    const Tensor3 k = rng.normal_tensor(h, n_k, d, 0.0, input_std[pick(6)]);
+    const Tensor3 v = rng.normal_tensor(h, n_k, d_v, 0.0, pick(2) == 1 ? 1e3 : 1.0);
+    PerformerFeatures features = ref::draw_performer_features(
+        m, d, pick(2) == 1 ? RandomFeatureKind::iid : RandomFeatureKind::orthogonal, RowNorms::chi, seed + it);
+    features.w *= w_scale[pick(3)];
+    const std::string what = "sweep case " + std::to_string(it) + (causal ? ", causal" : ", non-causal");
+    const std::string expected_error = error_of([&] { ref::performer_attention(q, k, v, features, causal); });
+    if (!expected_error.empty()) {
+      ++reference_error;
+      EXPECT_EQ(error_of([&] { opt::performer_attention(q, k, v, features, causal); }), expected_error) << what;
+      continue;
+    }
+    const Tensor3 got = opt::performer_attention(q, k, v, features, causal);
+    ASSERT_TRUE(xt::all(xt::isfinite(got))) << what << ": a non-finite output";
+    if (xt::all(xt::equal(got, ref::performer_attention(q, k, v, features, causal))))
+      ++reference_answer;  // (or a float result equal to it to the bit: rare, and harmless here)
+    else
+      ++float_path;
+    EXPECT_TRUE(matches(got, performer_oracle(q, k, v, features, causal), performer_tolerance(q, k, v, features),
+                        context("performer_attention, " + what, seed)));
+  }
+  EXPECT_GT(float_path, 0);
+  EXPECT_GT(reference_answer, 0);
+  EXPECT_GT(reference_error, 0);
+}
+
 }  // namespace
 }  // namespace tvlab
