@@ -2,23 +2,22 @@
 // plain linear attention without the subtraction), recurrent and chunked. The host-tensor
 // wrappers are in delta_rule_host.cpp.
 //
-// As in linear_attention.cu, the columns of the state are independent (every step mixes the rows
-// of S through k, never its columns), so a thread block owns 32 columns of S, all d_k rows, in
-// shared memory: grid (head, block of 32 value columns), 128 threads, lane l the column, warp w the
-// rows c = w, w + 4, ... Each block recomputes what all columns share (the chunk's key products
-// and the triangular system's matrix): d_v / 32 blocks per head, no communication between them.
+// A thread block holds 32 columns of S, all d_k rows (state_columns.cuh). Each block recomputes
+// what all columns share (the chunk's key products and the triangular system's matrix): d_v / 32
+// blocks per head, no communication between them.
 
 #include <cmath>
 
 #include "check.cuh"
+#include "state_columns.cuh"
 #include "tvlab/cuda/delta_rule_device.hpp"
 
 namespace tvlab::cuda::device {
 namespace {
 
-constexpr int kColumns = 32;
-constexpr int kWarps = 4;
-constexpr int kThreads = kColumns * kWarps;
+using state_columns::kColumns;
+using state_columns::kThreads;
+using state_columns::kWarps;
 
 // Row r of q or k (rows 0 .. heads*n - 1 of q, then of k), one warp per row: the factor
 // (scale for q, 1 for k), divided by the L2 norm, summed in double, when asked; a zero row to
@@ -56,17 +55,18 @@ __device__ inline float log_gate(const DeltaRuleArgs& a, std::size_t row, int c)
 // (u_t = beta_t v_t without the delta rule; q_t already carries the scale).
 __global__ void delta_recurrent_kernel(DeltaRuleArgs a) {
   extern __shared__ float shared[];
-  const int d_k = static_cast<int>(a.d_k), lane = threadIdx.x % kColumns, warp = threadIdx.x / kColumns;
+  const int d_k = static_cast<int>(a.d_k);
+  const state_columns::Position p = state_columns::position(a.d_v);
+  const auto [lane, warp, col, has_col] = p;
   float* S = shared;                             // [d_k][32]
   float* k_t = S + d_k * kColumns;               // [d_k]
   float* q_t = k_t + d_k;                        // [d_k]
   float* decay = q_t + d_k;                      // [d_k]: e^{g_t[c]}
   float* part_p = decay + d_k;                   // [4][32]: each warp's share of S~^T k_t
   float* part_o = part_p + kWarps * kColumns;    // [4][32]: each warp's share of S_t^T q_t
-  const std::size_t head = blockIdx.x, col = blockIdx.y * kColumns + lane;
-  const bool has_col = col < a.d_v;
+  const std::size_t head = blockIdx.x;
   float* s_head = a.state + head * a.d_k * a.d_v;
-  for (int c = warp; c < d_k; c += kWarps) S[c * kColumns + lane] = has_col ? s_head[c * a.d_v + col] : 0.0f;
+  state_columns::load(S, s_head, d_k, a.d_v, p);
   bool finite = true;
   for (std::size_t t = 0; t < a.n; ++t) {
     const std::size_t row = head * a.n + t;
@@ -107,8 +107,7 @@ __global__ void delta_recurrent_kernel(DeltaRuleArgs a) {
     }
   }
   if (!finite) *a.fault = 1;
-  for (int c = warp; c < d_k; c += kWarps)
-    if (has_col) s_head[c * a.d_v + col] = S[c * kColumns + lane];
+  state_columns::store(s_head, S, d_k, a.d_v, p);
 }
 
 // Chunk by chunk (the WY representation with the UT transform), for one head and 32 columns of
@@ -118,29 +117,29 @@ __global__ void delta_chunked_kernel(DeltaRuleArgs a) {
   extern __shared__ float shared[];
   const int d_k = static_cast<int>(a.d_k), C = static_cast<int>(a.chunk_size);
   const int w = a.per_channel_gate ? d_k : 1;  // gate columns: one per row of S, or one for all
-  const int lane = threadIdx.x % kColumns, warp = threadIdx.x / kColumns;
+  const state_columns::Position p = state_columns::position(a.d_v);
+  const auto [lane, warp, col, has_col] = p;
   float* S = shared;                  // [d_k][32]: S_0 of the current chunk
   float* K = S + d_k * kColumns;      // [C][d_k]
   float* Q = K + C * d_k;             // [C][d_k], times the scale
-  float* G_hi = Q + C * d_k;          // [C][w]
-  float* G_lo = G_hi + C * w;         // [C][w]
-  float* A = G_lo + C * w;            // [C][C]: decayed key products, j < i
+  float* G_hi = Q + C * d_k;          // [C][w]; then e^{G_i}
+  float* G_lo = G_hi + C * w;         // [C][w]; then e^{G_L - G_i}
+  float* G_last = G_lo + C * w;       // [2][w]: G_L's pair, hi then lo
+  float* A = G_last + 2 * w;          // [C][C]: decayed key products, j < i
   float* P = A + C * C;               // [C][C]: decayed query-key products, j <= i
   float* U = P + C * C;               // [C][32]: W, then the solved U
   float* beta = U + C * kColumns;     // [C]
-  const std::size_t head = blockIdx.x, col = blockIdx.y * kColumns + lane;
-  const bool has_col = col < a.d_v;
+  const std::size_t head = blockIdx.x;
   float* s_head = a.state + head * a.d_k * a.d_v;
-  for (int c = warp; c < d_k; c += kWarps) S[c * kColumns + lane] = has_col ? s_head[c * a.d_v + col] : 0.0f;
+  state_columns::load(S, s_head, d_k, a.d_v, p);
   // G_i[c] - G_j[c], from the pair
   auto gate_diff = [&](int i, int j, int c) {
     const int gc = a.per_channel_gate ? c : 0;
     return (G_hi[i * w + gc] - G_hi[j * w + gc]) + (G_lo[i * w + gc] - G_lo[j * w + gc]);
   };
-  auto gate_at = [&](int i, int c) {
-    const int gc = a.per_channel_gate ? c : 0;
-    return G_hi[i * w + gc] + G_lo[i * w + gc];
-  };
+  float* to_start = G_hi;  // e^{G_i[c]}, once the pairs are no longer needed
+  float* to_end = G_lo;    // e^{G_L[c] - G_i[c]}
+  auto gate_index = [&](int i, int c) { return i * w + (a.per_channel_gate ? c : 0); };
   bool finite = true;
   for (std::size_t start = 0; start < a.n; start += a.chunk_size) {
     const int len = static_cast<int>(a.n - start < a.chunk_size ? a.n - start : a.chunk_size);
@@ -185,11 +184,26 @@ __global__ void delta_chunked_kernel(DeltaRuleArgs a) {
       A[i * C + j] = j < i ? a_ij : 0.0f;
       P[i * C + j] = p_ij;
     }
+    const int last = len - 1;
+    for (int c = threadIdx.x; c < w; c += kThreads) {
+      G_last[c] = G_hi[last * w + c];
+      G_last[w + c] = G_lo[last * w + c];
+    }
+    __syncthreads();
+    // the decay factors every lane reads, one exponential each: e^{G_i} and e^{G_L - G_i} (<= 1),
+    // in place of the pairs
+    for (int idx = threadIdx.x; idx < len * w; idx += kThreads) {
+      const int c = idx % w;
+      const float hi = G_hi[idx], lo = G_lo[idx];
+      to_start[idx] = expf(hi + lo);
+      to_end[idx] = expf((G_last[c] - hi) + (G_last[w + c] - lo));
+    }
+    __syncthreads();
     // W = diag(beta) (V - (K o e^G) S_0) (diag(beta) V without the delta rule)
     for (int i = warp; i < len; i += kWarps) {
       float prediction = 0.0f;
       if (a.delta)
-        for (int c = 0; c < d_k; ++c) prediction += K[i * d_k + c] * expf(gate_at(i, c)) * S[c * kColumns + lane];
+        for (int c = 0; c < d_k; ++c) prediction += K[i * d_k + c] * to_start[gate_index(i, c)] * S[c * kColumns + lane];
       const float v_e = has_col ? a.v[(first + i) * a.d_v + col] : 0.0f;
       U[i * kColumns + lane] = beta[i] * (v_e - prediction);
     }
@@ -206,25 +220,23 @@ __global__ void delta_chunked_kernel(DeltaRuleArgs a) {
     // o_i = S_0^T (e^{G_i} o q_i) + sum_{j <= i} P_ij u_j
     for (int i = warp; i < len; i += kWarps) {
       float o = 0.0f;
-      for (int c = 0; c < d_k; ++c) o += Q[i * d_k + c] * expf(gate_at(i, c)) * S[c * kColumns + lane];
+      for (int c = 0; c < d_k; ++c) o += Q[i * d_k + c] * to_start[gate_index(i, c)] * S[c * kColumns + lane];
       for (int j = 0; j <= i; ++j) o += P[i * C + j] * U[j * kColumns + lane];
       finite = finite && isfinite(o);
       if (has_col) a.out[(first + i) * a.d_v + col] = o;
     }
     __syncthreads();
     // S_C = diag(e^{G_C}) S_0 + sum_j diag(e^{G_C - G_j}) k_j u_j^T: the next chunk's S_0
-    const int last = len - 1;
     for (int c = warp; c < d_k; c += kWarps) {
-      float s = expf(gate_at(last, c)) * S[c * kColumns + lane];
-      for (int j = 0; j < len; ++j) s += expf(gate_diff(last, j, c)) * K[j * d_k + c] * U[j * kColumns + lane];
+      float s = to_start[gate_index(last, c)] * S[c * kColumns + lane];
+      for (int j = 0; j < len; ++j) s += to_end[gate_index(j, c)] * K[j * d_k + c] * U[j * kColumns + lane];
       finite = finite && isfinite(s);
       S[c * kColumns + lane] = s;
     }
     __syncthreads();
   }
   if (!finite) *a.fault = 1;
-  for (int c = warp; c < d_k; c += kWarps)
-    if (has_col) s_head[c * a.d_v + col] = S[c * kColumns + lane];
+  state_columns::store(s_head, S, d_k, a.d_v, p);
 }
 
 }  // namespace
@@ -232,7 +244,7 @@ __global__ void delta_chunked_kernel(DeltaRuleArgs a) {
 std::size_t delta_rule_shared_bytes(std::size_t d_k, std::size_t chunk_size, bool per_channel_gate) {
   const std::size_t C = chunk_size, w = per_channel_gate ? d_k : 1;
   const std::size_t floats = chunk_size == 0 ? d_k * kColumns + 3 * d_k + 2 * kWarps * kColumns
-                                             : d_k * kColumns + 2 * C * d_k + 2 * C * w + 2 * C * C + C * kColumns + C;
+                                             : d_k * kColumns + 2 * C * d_k + 2 * C * w + 2 * w + 2 * C * C + C * kColumns + C;
   return floats * sizeof(float);
 }
 
@@ -242,18 +254,9 @@ void delta_rule(const DeltaRuleArgs& args) {
   constexpr int kRowsPerBlock = 8;                    // one warp each
   prepare_rows_kernel<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock>>>(args);
   TVLAB_CUDA_CHECK(cudaGetLastError());
-  const dim3 grid(static_cast<unsigned>(args.heads), static_cast<unsigned>((args.d_v + kColumns - 1) / kColumns));
   const std::size_t bytes = delta_rule_shared_bytes(args.d_k, args.chunk_size, args.per_channel_gate);
-  if (args.chunk_size == 0) {
-    TVLAB_CUDA_CHECK(cudaFuncSetAttribute(delta_recurrent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
-    delta_recurrent_kernel<<<grid, kThreads, bytes>>>(args);
-  } else {
-    TVLAB_CUDA_CHECK(cudaFuncSetAttribute(delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
-    delta_chunked_kernel<<<grid, kThreads, bytes>>>(args);
-  }
-  TVLAB_CUDA_CHECK(cudaGetLastError());
+  state_columns::launch(args.chunk_size == 0 ? delta_recurrent_kernel : delta_chunked_kernel, args.heads, args.d_v,
+                        bytes, args);
 }
 
 }  // namespace tvlab::cuda::device

@@ -11,25 +11,24 @@
 #include "tvlab/cuda/delta_rule_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/ref/delta_rule.hpp"
+#include "state_kernel_checks.hpp"
 
 namespace tvlab::cuda {
 namespace {
 
+// The scale q is multiplied by: cfg's, or 1/sqrt(d_k) (fla's default).
+double scale_of(const DeltaRuleConfig& cfg, std::size_t d_k) {
+  return cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k)));
+}
+
 // The checks after the reference's: the scale as the device multiplies by it, and the shared
 // memory of one thread block against the device's limit.
 void check_device_limits(const char* fn, const Tensor3& q, const DeltaRuleGate& gate, const DeltaRuleConfig& cfg,
-                         std::size_t chunk_size) {
-  const double scale = cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.shape()[2])));
-  require(static_cast<float>(scale) > 0.0f && std::isfinite(static_cast<float>(scale)), fn, "cfg.scale (", scale,
-          ") must be representable in float, as a positive number, on the device");
-  const std::size_t bytes = device::delta_rule_shared_bytes(q.shape()[2], chunk_size, gate.per_channel.size() != 0);
-  const std::size_t limit = device::max_shared_bytes_per_block();
-  if (chunk_size == 0)
-    require(bytes <= limit, fn, "q's d_k (", q.shape()[2], ") needs ", bytes,
-            " bytes of shared memory per thread block for 32 columns of the state, more than the device's ", limit);
-  else
-    require(bytes <= limit, fn, "chunk_size (", chunk_size, ") with d_k ", q.shape()[2], " needs ", bytes,
-            " bytes of shared memory per thread block, more than the device's ", limit, "; use smaller chunks");
+                         std::size_t chunk_size, std::size_t chunk) {
+  const std::size_t d_k = q.shape()[2];
+  detail::require_float_scale(fn, scale_of(cfg, d_k));
+  detail::require_shared_memory_fits(fn, device::delta_rule_shared_bytes(d_k, chunk, gate.per_channel.size() != 0),
+                                     chunk_size, d_k);
 }
 
 // One pass on the device; false when it flagged a fault (a zero row to normalise, a value beyond
@@ -69,7 +68,7 @@ bool run_on_device(const Tensor3& q, const Tensor3& k, const Tensor3& v, const T
   args.d_v = d_v;
   args.delta = cfg.delta;
   args.l2_normalize_qk = cfg.l2_normalize_qk;
-  args.scale = static_cast<float>(cfg.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k))));
+  args.scale = static_cast<float>(scale_of(cfg, d_k));
   args.chunk_size = chunk_size;
   device::delta_rule(args);
   int flagged = 0;
@@ -89,7 +88,7 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
                                      const Tensor3& initial_state) {
   const char* fn = "delta_rule_recurrent";
   ref::validate_delta_rule(fn, q, k, v, beta, gate, cfg, initial_state);
-  check_device_limits(fn, q, gate, cfg, /*chunk_size=*/0);
+  check_device_limits(fn, q, gate, cfg, /*chunk_size=*/0, /*chunk=*/0);
   DeltaRuleOutput out;
   if (run_on_device(q, k, v, beta, gate, cfg, 0, initial_state, out)) return out;
   return ref::delta_rule_recurrent(q, k, v, beta, gate, cfg, initial_state);  // its answer in double, or its error
@@ -102,7 +101,7 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
   require(chunk_size >= 1, fn, "chunk_size (", chunk_size, ") must be at least 1");
   ref::validate_delta_rule(fn, q, k, v, beta, gate, cfg, initial_state);
   const std::size_t chunk = std::min(chunk_size, q.shape()[1]);  // C > T is one chunk
-  check_device_limits(fn, q, gate, cfg, chunk);
+  check_device_limits(fn, q, gate, cfg, chunk_size, chunk);
   DeltaRuleOutput out;
   if (run_on_device(q, k, v, beta, gate, cfg, chunk, initial_state, out)) return out;
   return ref::delta_rule_chunked(q, k, v, beta, gate, cfg, chunk_size, initial_state);

@@ -1,24 +1,22 @@
 // CUDA kernels of chapter 06's causal linear attention, recurrent and chunked, from the state
 // (S, z) which they update. The host-tensor wrappers are in linear_attention_host.cpp.
 //
-// The columns of S are independent: S[:, e] sums phi(k_j) v_j[e], so a thread block owns 32 of
-// them, all m rows (grid: head x blocks of 32 value columns). Its 128 threads are 4 warps; lane l
-// holds column l of the block and warp w the rows c = w, w + 4, ...: every thread updates and
-// reads the same elements of the shared S at every step, and only the sums over rows cross warps.
-// Every block keeps its own copy of z (m floats), read from `z`; the first column block writes it
-// to `z_out`, another array, so that no block can read a z another has already advanced.
+// A thread block holds 32 columns of S, all m rows (state_columns.cuh). Every block keeps its own
+// copy of z (m floats), read from `z`; the first column block writes it to `z_out`, another array,
+// so that no block can read a z another has already advanced.
 
 #include <cmath>
 
 #include "check.cuh"
+#include "state_columns.cuh"
 #include "tvlab/cuda/linear_attention_device.hpp"
 
 namespace tvlab::cuda::device {
 namespace {
 
-constexpr int kColumns = 32;  // value columns per thread block: one per lane
-constexpr int kWarps = 4;
-constexpr int kThreads = kColumns * kWarps;
+using state_columns::kColumns;
+using state_columns::kThreads;
+using state_columns::kWarps;
 
 __device__ inline float phi(float x, LinearFeatureMap map) {
   switch (map) {
@@ -41,17 +39,18 @@ __device__ inline float finish_output(float numerator, float denominator, bool n
 //   S_t = S_{t-1} + phi(k_t) v_t^T,  z_t = z_{t-1} + phi(k_t),  o_t = scale phi(q_t)^T S_t / (scale phi(q_t)^T z_t)
 __global__ void linear_recurrent_kernel(LinearAttentionArgs a) {
   extern __shared__ float shared[];
-  const int m = static_cast<int>(a.m), lane = threadIdx.x % kColumns, warp = threadIdx.x / kColumns;
+  const int m = static_cast<int>(a.m);
+  const state_columns::Position p = state_columns::position(a.d_v);
+  const auto [lane, warp, col, has_col] = p;
   float* S = shared;                  // [m][32]
   float* z = S + m * kColumns;        // [m]
   float* phi_k = z + m;               // [m]
   float* phi_q = phi_k + m;           // [m], times the scale
   float* part_num = phi_q + m;        // [4][32]: each warp's sum over its rows
   float* part_den = part_num + kWarps * kColumns;  // [4]
-  const std::size_t head = blockIdx.x, col = blockIdx.y * kColumns + lane;
-  const bool has_col = col < a.d_v;
+  const std::size_t head = blockIdx.x;
   float* s_head = a.s + head * a.m * a.d_v;
-  for (int c = warp; c < m; c += kWarps) S[c * kColumns + lane] = has_col ? s_head[c * a.d_v + col] : 0.0f;
+  state_columns::load(S, s_head, m, a.d_v, p);
   for (int c = threadIdx.x; c < m; c += kThreads) z[c] = a.z[head * a.m + c];
   for (std::size_t t = 0; t < a.n; ++t) {
     const std::size_t row = head * a.n + t;
@@ -86,8 +85,7 @@ __global__ void linear_recurrent_kernel(LinearAttentionArgs a) {
     }
   }
   __syncthreads();
-  for (int c = warp; c < m; c += kWarps)
-    if (has_col) s_head[c * a.d_v + col] = S[c * kColumns + lane];
+  state_columns::store(s_head, S, m, a.d_v, p);
   if (blockIdx.y == 0)
     for (int c = threadIdx.x; c < m; c += kThreads) a.z_out[head * a.m + c] = z[c];
 }
@@ -98,7 +96,8 @@ __global__ void linear_recurrent_kernel(LinearAttentionArgs a) {
 __global__ void linear_chunked_kernel(LinearAttentionArgs a) {
   extern __shared__ float shared[];
   const int m = static_cast<int>(a.m), C = static_cast<int>(a.chunk_size);
-  const int lane = threadIdx.x % kColumns, warp = threadIdx.x / kColumns;
+  const state_columns::Position p = state_columns::position(a.d_v);
+  const auto [lane, warp, col, has_col] = p;
   float* S = shared;                // [m][32]
   float* z = S + m * kColumns;      // [m]
   float* phi_q = z + m;             // [C][m], times the scale
@@ -106,10 +105,9 @@ __global__ void linear_chunked_kernel(LinearAttentionArgs a) {
   float* A = phi_k + C * m;         // [C][C], zero above the diagonal
   float* V = A + C * C;             // [C][32]
   float* den = V + C * kColumns;    // [C]
-  const std::size_t head = blockIdx.x, col = blockIdx.y * kColumns + lane;
-  const bool has_col = col < a.d_v;
+  const std::size_t head = blockIdx.x;
   float* s_head = a.s + head * a.m * a.d_v;
-  for (int c = warp; c < m; c += kWarps) S[c * kColumns + lane] = has_col ? s_head[c * a.d_v + col] : 0.0f;
+  state_columns::load(S, s_head, m, a.d_v, p);
   for (int c = threadIdx.x; c < m; c += kThreads) z[c] = a.z[head * a.m + c];
   for (std::size_t start = 0; start < a.n; start += a.chunk_size) {
     const int len = static_cast<int>(a.n - start < a.chunk_size ? a.n - start : a.chunk_size);
@@ -159,8 +157,7 @@ __global__ void linear_chunked_kernel(LinearAttentionArgs a) {
     }
     __syncthreads();
   }
-  for (int c = warp; c < m; c += kWarps)
-    if (has_col) s_head[c * a.d_v + col] = S[c * kColumns + lane];
+  state_columns::store(s_head, S, m, a.d_v, p);
   if (blockIdx.y == 0)
     for (int c = threadIdx.x; c < m; c += kThreads) a.z_out[head * a.m + c] = z[c];
 }
@@ -177,18 +174,9 @@ std::size_t linear_attention_shared_bytes(std::size_t m, std::size_t chunk_size)
 
 void causal_linear_attention(const LinearAttentionArgs& args) {
   if (args.heads == 0 || args.n == 0) return;
-  const dim3 grid(static_cast<unsigned>(args.heads), static_cast<unsigned>((args.d_v + kColumns - 1) / kColumns));
   const std::size_t bytes = linear_attention_shared_bytes(args.m, args.chunk_size);
-  if (args.chunk_size == 0) {
-    TVLAB_CUDA_CHECK(cudaFuncSetAttribute(linear_recurrent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
-    linear_recurrent_kernel<<<grid, kThreads, bytes>>>(args);
-  } else {
-    TVLAB_CUDA_CHECK(cudaFuncSetAttribute(linear_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
-    linear_chunked_kernel<<<grid, kThreads, bytes>>>(args);
-  }
-  TVLAB_CUDA_CHECK(cudaGetLastError());
+  state_columns::launch(args.chunk_size == 0 ? linear_recurrent_kernel : linear_chunked_kernel, args.heads, args.d_v,
+                        bytes, args);
 }
 
 }  // namespace tvlab::cuda::device

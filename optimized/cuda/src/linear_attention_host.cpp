@@ -11,6 +11,7 @@
 #include "tvlab/cuda/linear_attention_device.hpp"
 #include "tvlab/cuda/runtime.hpp"
 #include "tvlab/ref/linear_attention.hpp"
+#include "state_kernel_checks.hpp"
 
 namespace tvlab::cuda {
 namespace {
@@ -51,12 +52,6 @@ bool run_on_device(const Tensor3& q, const Tensor3& k, const Tensor3& v, const L
   return true;
 }
 
-// The scale as the device multiplies by it: a float, positive (the reference checked it in double).
-void require_float_scale(const char* fn, const LinearAttentionConfig& cfg) {
-  require(static_cast<float>(cfg.scale) > 0.0f && std::isfinite(static_cast<float>(cfg.scale)), fn, "cfg.scale (",
-          cfg.scale, ") must be representable in float, as a positive number, on the device");
-}
-
 }  // namespace
 
 Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v,
@@ -64,11 +59,8 @@ Tensor3 causal_linear_attention_recurrent(const Tensor3& q, const Tensor3& k, co
   const char* fn = "causal_linear_attention_recurrent";
   ref::validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/true);
   ref::validate_linear_attention_state(fn, state, q, v);
-  require_float_scale(fn, cfg);
-  const std::size_t bytes = device::linear_attention_shared_bytes(q.shape()[2], 0);
-  const std::size_t limit = device::max_shared_bytes_per_block();
-  require(bytes <= limit, fn, "q's d_k (", q.shape()[2], ") needs ", bytes,
-          " bytes of shared memory per thread block for 32 columns of the state, more than the device's ", limit);
+  detail::require_float_scale(fn, cfg.scale);
+  detail::require_shared_memory_fits(fn, device::linear_attention_shared_bytes(q.shape()[2], 0), 0, q.shape()[2]);
   Tensor3 out = Tensor3::from_shape({q.shape()[0], q.shape()[1], v.shape()[2]});
   if (run_on_device(q, k, v, cfg, /*chunk_size=*/0, state, out)) return out;
   return ref::causal_linear_attention_recurrent(q, k, v, cfg, state);  // its answer in double, or its error
@@ -81,12 +73,10 @@ Tensor3 causal_linear_attention_chunked(const Tensor3& q, const Tensor3& k, cons
   ref::validate_linear_attention_inputs(fn, q, k, v, cfg, /*same_length=*/true);
   ref::validate_linear_attention_state(fn, state, q, v);
   require(chunk_size >= 1, fn, "chunk_size (", chunk_size, ") must be at least 1");
-  require_float_scale(fn, cfg);
+  detail::require_float_scale(fn, cfg.scale);
   const std::size_t chunk = std::min(chunk_size, q.shape()[1]);  // a chunk longer than the sequence is the sequence
-  const std::size_t bytes = device::linear_attention_shared_bytes(q.shape()[2], chunk);
-  const std::size_t limit = device::max_shared_bytes_per_block();
-  require(bytes <= limit, fn, "chunk_size (", chunk_size, ") with d_k ", q.shape()[2], " needs ", bytes,
-          " bytes of shared memory per thread block, more than the device's ", limit, "; use smaller chunks");
+  detail::require_shared_memory_fits(fn, device::linear_attention_shared_bytes(q.shape()[2], chunk), chunk_size,
+                                     q.shape()[2]);
   Tensor3 out = Tensor3::from_shape({q.shape()[0], q.shape()[1], v.shape()[2]});
   if (run_on_device(q, k, v, cfg, chunk, state, out)) return out;
   return ref::causal_linear_attention_chunked(q, k, v, cfg, chunk_size, state);

@@ -38,9 +38,9 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
 /// @ingroup ch06
 /// See `ref::delta_rule_chunked`: chunks of `chunk_size` positions. Throws `tvlab::Error` naming
 /// `chunk_size` when it is 0, or when a chunk's shared memory,
-/// \f$ 32 d_k + 2 C d_k + 2 C w + 2 C^2 + 33 C \f$ floats (\f$ w = d_k \f$ with a per-channel gate, 1
+/// \f$ 32 d_k + 2 C d_k + 2 C w + 2 w + 2 C^2 + 33 C \f$ floats (\f$ w = d_k \f$ with a per-channel gate, 1
 /// otherwise), exceeds the device's limit per block (at \f$ d_k = 128 \f$ and C = 64: 121 KB for
-/// Gated DeltaNet, 184 KB for KDA).
+/// Gated DeltaNet, 185 KB for KDA).
 DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
                                    const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, std::size_t chunk_size,
                                    const Tensor3& initial_state = Tensor3::from_shape({0, 0, 0}));
