@@ -49,7 +49,8 @@ void require_log_gate(const char* fn, const char* name, const T& gate) {
 }
 
 void validate(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
-              const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state) {
+              const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state,
+              bool scan_qkv = true) {
   require_nonempty(fn, "q", q);
   require_nonempty(fn, "k", k);
   require_nonempty(fn, "v", v);
@@ -62,9 +63,11 @@ void validate(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3&
   require_dim(fn, "beta", beta, 0, "heads", h, "the heads of q");
   require_dim(fn, "beta", beta, 1, "seq", n, "the seq of q");
   // one vectorised pass per tensor (a decode step's state is d_k d_v floats per head)
-  require_finite_max_abs(fn, "q", q);
-  require_finite_max_abs(fn, "k", k);
-  require_finite_max_abs(fn, "v", v);
+  if (scan_qkv) {
+    require_finite_max_abs(fn, "q", q);
+    require_finite_max_abs(fn, "k", k);
+    require_finite_max_abs(fn, "v", v);
+  }
   require_finite_max_abs(fn, "beta", beta);
   require_in_unit_interval(fn, beta);
   require(!(given(gate.scalar) && given(gate.per_channel)), fn,
@@ -179,8 +182,9 @@ void store_state(const std::vector<double>& s, std::size_t head, Tensor3& state)
 }  // namespace
 
 void validate_delta_rule(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
-                         const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state) {
-  validate(fn, q, k, v, beta, gate, cfg, initial_state);
+                         const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state,
+                         bool scan_qkv) {
+  validate(fn, q, k, v, beta, gate, cfg, initial_state, scan_qkv);
 }
 
 DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,

@@ -199,6 +199,28 @@ TEST_P(DeltaRule, diverging_states_get_the_reference_errors) {
       [&] { b.delta_chunked(big.q, big.k, big.v, big.beta, big.gate, big.cfg, 4, no_state); }, scale_down));
 }
 
+// The heads run in parallel and each stops at the first fault it meets, but the error is the
+// one the reference raises first, in its order: the input checks (q, k, v finite), then the zero
+// rows, then the state or output that left float's range. Head 0 overflows at its first positions;
+// head 1's bad input comes last, where its own chunks reach it after head 0 has stopped.
+TEST_P(DeltaRule, the_first_error_is_the_references_whichever_head_meets_its_fault_first) {
+  const Backend& b = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(b);
+  const std::size_t n = 40, d = 4;
+  Problem p = random_problem(665, 2, n, d, d, Gate::none, false);
+  p.cfg.delta = false;
+  p.beta = xt::ones<float>({std::size_t{2}, n});
+  xt::view(p.v, 0, xt::all(), xt::all()) *= 1e37f;  // head 0: beyond float from position 0 on
+  xt::view(p.k, 0, xt::all(), xt::all()) *= 100.0f;
+  Problem late_nan = p;
+  late_nan.q(1, n - 1, 2) = NAN;
+  expect_both_reject(b, late_nan, {"q has a non-finite value"});
+  Problem late_zero = p;
+  late_zero.cfg.l2_normalize_qk = true;
+  xt::view(late_zero.k, 1, n - 1, xt::all()) = 0.0f;
+  expect_both_reject(b, late_zero, {"k has a zero row at head 1, position 39"});
+}
+
 // Not graded in the exercise program: exercises 06.2 and 06.3 are parts of these functions, not
 // whole ones (exercises_suite_test.cpp grades them).
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DeltaRule);

@@ -71,7 +71,12 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
 /// <= 0, one gate at most, the scale), under the name `fn`; public so that other implementations
 /// of the family reject the same inputs with the same messages. The zero q or k row that
 /// `cfg.l2_normalize_qk` cannot divide is found later, when the rows are normalised.
+/// @param scan_qkv false skips the scans of q, k and v for values that are not finite (the three
+///        largest inputs, one pass each): for an implementation that reads them anyway and checks
+///        them as it goes. It must then call again with true when it finds one, or when any other
+///        check fails, so that the caller gets the first error in this function's order.
 void validate_delta_rule(const char* fn, const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
-                         const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state);
+                         const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, const Tensor3& initial_state,
+                         bool scan_qkv = true);
 
 }  // namespace tvlab::ref
