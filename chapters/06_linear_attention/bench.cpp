@@ -362,7 +362,8 @@ constexpr std::size_t kDeltaValidated = 4096;
 double delta_recurrent_flops(std::size_t n, std::size_t d) { return 6.0 * static_cast<double>(kHeads * n * d * d); }
 
 // Chunked, per chunk of C positions (d_k = d_v = d), the products as the SGEMMs compute them (masked
-// halves included): K K^T and Q K^T, 2 C^2 d_k each; the triangular solve, C^2 d_v; W = V - (K o e^G) S_0,
+// halves included): K K^T and Q K^T, 2 C^2 d_k each; the triangular solve, C^2 d_v (counted as a solve
+// would do it: the product with the UT transform's T that opt:: uses does twice that); W = V - (K o e^G) S_0,
 // 2 C d_k d_v; O = (Q o e^G) S_0 + P U, 2 C d_k d_v + 2 C^2 d_v; the state (K o e^{G_C - G})^T U,
 // 2 C d_k d_v: 6 C d^2 + 7 C^2 d per chunk, over T / C chunks. (With KDA's per-channel gate the
 // products A and P are loops over pairs, the same count.)

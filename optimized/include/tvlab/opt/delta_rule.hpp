@@ -46,26 +46,35 @@ DeltaRuleOutput delta_rule_recurrent(const Tensor3& q, const Tensor3& k, const T
 ///   \f$ K \odot e^{G_L - G} \f$;
 /// - \f$ A_{ij} = \sum_c k_i[c] k_j[c] e^{G_i[c] - G_j[c]} \f$ (j < i) and
 ///   \f$ P_{ij} = \sum_c q_i[c] k_j[c] e^{G_i[c] - G_j[c]} \f$ (j <= i). With a scalar gate the
-///   exponent is one number per pair: \f$ K K^\top \f$ and \f$ Q K^\top \f$ are SGEMMs, each entry
-///   then scaled by \f$ e^{G_i - G_j} \le 1 \f$. With a per-channel gate (GLA, KDA) the factor
-///   differs per channel and the sums are a loop over the pairs, \f$ L^2 d_k \f$ vectorised
-///   exponentials. Never \f$ e^{G_i} e^{-G_j} \f$: for strong decay over a chunk,
-///   \f$ e^{-G_j} \f$ overflows float (\f$ G_j < -88 \f$) while the difference stays small;
-/// - \f$ W = \mathrm{diag}(\beta)(V - (K \odot e^G) S_0) \f$ (SGEMM), then
-///   \f$ U = (I + \mathrm{StrictLower}(\mathrm{diag}(\beta) A))^{-1} W \f$ by a unit lower-triangular
-///   solve (`cblas_strsm`; none without the delta rule);
-/// - \f$ O = (Q \odot e^G) S_0 + P U \f$ (two SGEMMs) and
-///   \f$ S_L = \mathrm{diag}(e^{G_L}) S_0 + (K \odot e^{G_L - G})^\top U \f$ (one SGEMM).
+///   exponent is one number per pair: \f$ K [K; Q]^\top \f$ is one SGEMM, each entry then scaled by
+///   \f$ e^{G_i - G_j} \le 1 \f$. With a per-channel gate (GLA, KDA) the factor differs per channel
+///   and the sums are a loop over the pairs, \f$ L^2 d_k \f$ vectorised exponentials. Never
+///   \f$ e^{G_i} e^{-G_j} \f$: for strong decay over a chunk, \f$ e^{-G_j} \f$ overflows float
+///   (\f$ G_j < -88 \f$) while the difference stays small;
+/// - the UT transform's \f$ T = (I + \mathrm{StrictLower}(\mathrm{diag}(\beta) A))^{-1} \f$ by forward
+///   substitution (\f$ L^3/6 \f$ multiply-adds; none without the delta rule);
+/// - one SGEMM for both products with the state, \f$ [K \odot e^G;\ Q \odot e^G]\, S_0 \f$, then
+///   \f$ U = T\, \mathrm{diag}(\beta)(V - (K \odot e^G) S_0) \f$ (an SGEMM with T);
+/// - one SGEMM for the outputs and the next state together:
+///   \f$ [O;\ S_L] = [(Q \odot e^G) S_0;\ \mathrm{diag}(e^{G_L}) S_0] + [P;\ (K \odot e^{G_L - G})^\top]\, U \f$,
+///   the left factor kept transposed (row j of \f$ [P^\top \mid K \odot e^{G_L - G}] \f$ is built
+///   from position j alone), and O placed right above S in one buffer so that the product writes
+///   both.
 ///
-/// Work per chunk: \f$ 4 L^2 d_k \f$ (A, P) \f$ + L^2 d_v \f$ (solve) \f$ + 4 L d_k d_v \f$ (W, the state)
-/// \f$ + 2 L d_k d_v + 2 L^2 d_v \f$ (O). The \f$ L^2 \f$ terms grow with C, the others do not,
-/// while single-threaded SGEMM stays efficient down to blocks of 16 x 16: on the chapter's
-/// benchmark CPU (2 cores, AVX-512; Gated DeltaNet, 8 heads, T = 4096) C = 16 and C = 32 are the
-/// fastest (38 ms at d_k = d_v = 128, 15 ms at 64, 55% of SGEMM's GFLOP/s at d = 128) and C = 64
-/// is 15-40% slower, although it reaches the highest GFLOP/s (it does more flops);
-/// flash-linear-attention's kernels, written for GPUs, use C = 64. The tokenwise recurrence above takes 47 ms at d = 128 and 13 ms at d = 64 on the
-/// same inputs: on two cores the chunked form wins at d = 128, not at d = 64. Same contract as
-/// `ref::delta_rule_chunked`.
+/// Two SGEMMs of 2L and L + d_k rows instead of five of L rows each: OpenBLAS's small-matrix
+/// kernels run the larger blocks at a higher rate. q, k and v are prepared chunk by chunk, the next
+/// chunk's rows requested from memory while this one computes, and checked for values that are not
+/// finite as they are read (the reference's checks skip these three scans, `scan_qkv`). When a head
+/// stops (such a value, a zero row to normalise, a state or output beyond float's range), the
+/// reference runs the whole call: it raises its first error in its order, or, where only float's
+/// intermediate sums overflowed, returns its answer.
+///
+/// Work per chunk: \f$ 4 L^2 d_k \f$ (A, P) \f$ + L^2 d_v \f$ (the solve, as a triangular solve would
+/// count it; the product with T does twice that) \f$ + 4 L d_k d_v \f$ (W, the state)
+/// \f$ + 2 L d_k d_v + 2 L^2 d_v \f$ (O). The \f$ L^2 \f$ terms grow with C, the others do not; the
+/// chapter's README gives the measured times for C = 16, 32 and 64 (C = 16 is the fastest on its
+/// 2-core AVX-512 benchmark machine; flash-linear-attention's kernels, written for GPUs, use
+/// C = 64). Same contract as `ref::delta_rule_chunked`.
 /// @param chunk_size C >= 1; the last chunk may be shorter, and C > T is one chunk
 DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor2& beta,
                                    const DeltaRuleGate& gate, const DeltaRuleConfig& cfg, std::size_t chunk_size,
