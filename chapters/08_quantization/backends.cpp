@@ -1,0 +1,31 @@
+#include "backends.hpp"
+
+#include "tvlab/opt/block_quant.hpp"
+#include "tvlab/ref/block_quant.hpp"
+#include "tvlab/student/block_quant.hpp"
+
+namespace tvlab::quant {
+
+// Every implementation, in the order the lesson reads them: the reference, the optimized CPU
+// version, the student's (the two exercised block functions).
+const std::vector<Backend>& backends() {
+  static const std::vector<Backend> all = {
+      {.name = "ref",
+       .kind = BackendKind::reference,
+       .quantize = [](const Tensor2& x, GgmlType type) { return ref::quantize(x, type); },
+       .dequantize = [](const QuantizedMatrix& q) { return ref::dequantize(q); },
+       .quantize_block_q8_0 = ref::quantize_block_q8_0,
+       .quantize_block_q4_0 = ref::quantize_block_q4_0},
+      {.name = "opt",
+       .kind = BackendKind::optimized,
+       .quantize = [](const Tensor2& x, GgmlType type) { return opt::quantize(x, type); },
+       .dequantize = [](const QuantizedMatrix& q) { return opt::dequantize(q); }},
+      {.name = "student",
+       .kind = BackendKind::student,
+       .quantize_block_q8_0 = student::quantize_block_q8_0,
+       .quantize_block_q4_0 = student::quantize_block_q4_0},
+  };
+  return all;
+}
+
+}  // namespace tvlab::quant

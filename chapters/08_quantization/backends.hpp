@@ -1,0 +1,42 @@
+#pragma once
+/// @file
+/// Chapter 08's backend registry (see `chapters/common/backend.hpp`): every implementation of the
+/// chapter's functions, ggml's block formats (a matrix quantized to bytes and back, and the
+/// exercised block functions), with what it needs.
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "../common/backend.hpp"
+#include "tvlab/core/ggml_blocks.hpp"
+#include "tvlab/core/tensor.hpp"
+
+namespace tvlab::quant {
+
+/// Every row of x `[rows, cols]` in blocks of 32 of a block type. (`ref::quantize`'s contract.)
+using QuantizeFn = std::function<QuantizedMatrix(const Tensor2& x, GgmlType type)>;
+/// The matrix the blocks stand for. (`ref::dequantize`'s contract.)
+using DequantizeFn = std::function<Tensor2(const QuantizedMatrix& q)>;
+/// One block of 32 floats into its bytes. (`ref::quantize_block_q8_0`'s contract, and Q4_0's.)
+using BlockFn = std::function<void(const float* x, std::uint8_t* block)>;
+
+struct Backend {
+  std::string name;
+  BackendKind kind = BackendKind::reference;
+  Capabilities caps;
+  QuantizeFn quantize;            ///< a matrix into blocks (empty: not provided)
+  DequantizeFn dequantize;        ///< blocks back to floats (empty: not provided)
+  BlockFn quantize_block_q8_0;    ///< one Q8_0 block (exercise 08.1; empty: not provided)
+  BlockFn quantize_block_q4_0;    ///< one Q4_0 block (exercise 08.2; empty: not provided)
+};
+
+/// ref, opt, student.
+const std::vector<Backend>& backends();
+
+/// gtest prints a parameter through PrintTo: the backend's name, not its bytes.
+inline void PrintTo(const Backend& b, std::ostream* out) { *out << b.name; }
+
+}  // namespace tvlab::quant

@@ -1,0 +1,230 @@
+// `tvlab 08_quantization` (alias `tvlab quant`): ggml's block formats. --step walks one block of 32
+// weights through a format (scale, codes, bytes, values back, errors), --backend runs the registry
+// on a random matrix (bytes and dequantized values against the reference's), --markdown prints
+// results.md (the documents' sizes, bits per weight, the error of every format on the same data).
+
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "../common/backend_run.hpp"
+#include "../common/run_cost.hpp"
+#include "../common/walkthrough.hpp"
+#include "backends.hpp"
+#include "tvlab/core/dtype.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/core/rng.hpp"
+
+namespace tvlab::cli {
+namespace {
+
+struct Options : StandardOptions {
+  int rows = 4, cols = 64;
+  std::string type = "Q4_0";
+};
+
+// ------------------------------------------------------------------ the documents' numbers
+
+double gigabytes(double parameters, double bits) { return parameters * bits / 8.0 / 1e9; }
+
+// The documents' model sizes from the parameter counts they name, at 16 and 4 bits per weight.
+std::vector<DocumentCheck> document_checks() {
+  const double fp16 = gigabytes(70e9, 16.0), int4 = gigabytes(70e9, 4.0), v3 = gigabytes(671e9, 4.0);
+  return {
+      check_number("000 L241", "LLaMA-2 70B weights in FP16, GB", "about 140 GB", 140.0, 10.0, fp16, fixed(fp16, 1)),
+      check_number("000 L243", "LLaMA-2 70B weights at 4 bits, GB", "about 35 GB", 35.0, 1.0, int4, fixed(int4, 1)),
+      check_number("000 L243", "compression FP16 -> INT4", "4x", 4.0, 1.0, fp16 / int4, fixed(fp16 / int4, 2)),
+      check_number("004 L179", "DeepSeek-V3 (671B) at 4 bits, GB", "about 335 GB", 335.0, 1.0, v3, fixed(v3, 1)),
+  };
+}
+
+// ------------------------------------------------------------------ errors of the formats
+
+// Gaussian weights N(0, 1), and the same with 1% outliers at 20 sigma: the data every format of
+// the error table quantizes.
+Tensor2 table_data(bool outliers) {
+  Rng rng(808);
+  Tensor2 x = rng.normal_matrix(256, 1024);
+  if (outliers)
+    for (auto& v : x)
+      if (rng.uniform() < 0.01) v *= 20.0f;
+  return x;
+}
+
+struct FormatError {
+  double rmse = 0.0, max_abs = 0.0;
+};
+
+FormatError format_error(const Tensor2& x, GgmlType type) {
+  const auto& ref = reference_backend(quant::backends());
+  const Tensor2 back = ref.dequantize(ref.quantize(x, type));
+  double sum_sq = 0.0, max_abs = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double e = static_cast<double>(x.data()[i]) - back.data()[i];
+    sum_sq += e * e;
+    max_abs = std::max(max_abs, std::fabs(e));
+  }
+  return {std::sqrt(sum_sq / static_cast<double>(x.size())), max_abs};
+}
+
+std::string error_table() {
+  const Tensor2 gaussian = table_data(false), with_outliers = table_data(true);
+  std::vector<std::vector<std::string>> rows;
+  for (GgmlType type : quantized_types()) {
+    const FormatError g = format_error(gaussian, type), o = format_error(with_outliers, type);
+    rows.push_back({type_name(type), fixed(bits_per_weight(type), 1), sci(g.rmse, 3), sci(g.max_abs, 3),
+                    sci(o.rmse, 3), sci(o.max_abs, 3)});
+  }
+  return markdown_table({"format", "bits per weight", "RMSE, N(0, 1)", "max error, N(0, 1)", "RMSE, 1% outliers x 20",
+                         "max error, outliers"},
+                        rows);
+}
+
+// ------------------------------------------------------------------ agreement
+
+// Every non-reference backend's bytes and dequantized values against the reference's, per format.
+std::vector<Agreement> agreements() {
+  Rng rng(7);
+  const Tensor2 x = rng.normal_matrix(16, 256, 0.0, 2.0);
+  const auto& reference = reference_backend(quant::backends());
+  std::vector<Agreement> out;
+  for (const auto& b : quant::backends()) {
+    if (b.kind == BackendKind::reference || !b.quantize) continue;
+    for (GgmlType type : quantized_types()) {
+      const QuantizedMatrix expected = reference.quantize(x, type), got = b.quantize(x, type);
+      double differing = 0.0;
+      for (std::size_t i = 0; i < got.bytes.size() && i < expected.bytes.size(); ++i)
+        differing += got.bytes[i] != expected.bytes[i];
+      differing += got.bytes.size() != expected.bytes.size();
+      out.push_back({"quantize " + type_name(type) + " (bytes that differ)", b.name, "16 x 256, N(0, 4)", differing, 0.0});
+      out.push_back({"dequantize " + type_name(type), b.name, "16 x 256, N(0, 4)",
+                     max_abs_difference(b.dequantize(expected), reference.dequantize(expected)), 0.0});
+    }
+  }
+  return out;
+}
+
+std::string markdown() {
+  std::ostringstream md;
+  md << results_header(TVLAB_CHAPTER_NAME, "Quantization and compression");
+  md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## The block formats' error on the same data\n\n"
+     << "256 x 1024 weights, N(0, 1), seed 808, and the same weights with 1% of them multiplied by 20:\n\n"
+     << error_table() << '\n';
+  md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
+  return md.str();
+}
+
+// ------------------------------------------------------------------ --step
+
+std::string hex_bytes(const std::uint8_t* bytes, std::size_t count) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < count; ++i)
+    out << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(bytes[i]) << (i + 1 < count ? " " : "");
+  return out.str();
+}
+
+// Block 0 of row 0 through the format, in the reference's order.
+void step_through(const Tensor2& x, GgmlType type) {
+  const auto& ref = reference_backend(quant::backends());
+  Tensor2 block = xt::view(x, xt::range(0, 1), xt::range(0, 32));
+  print_step(std::cout, 1, "the 32 weights of block 0 of row 0");
+  print_matrix(std::cout, "x", block);
+  double amax = 0.0, x_max = 0.0, lo = INFINITY, hi = -INFINITY;
+  for (float v : block) {
+    if (std::fabs(v) > amax) amax = std::fabs(v), x_max = v;
+    lo = std::min(lo, static_cast<double>(v)), hi = std::max(hi, static_cast<double>(v));
+  }
+  const QuantizedMatrix q = ref.quantize(block, type);
+  const float d16 = fp16_bits_to_float(static_cast<std::uint16_t>(q.bytes[0] | q.bytes[1] << 8));
+  std::ostringstream scale;
+  switch (type) {
+    case GgmlType::q8_0: scale << "d = max|x| / 127 = " << fixed(amax, 4) << " / 127 = " << fixed(amax / 127.0, 6); break;
+    case GgmlType::q4_0:
+      scale << "d = x_max / -8 = " << fixed(x_max, 4) << " / -8 = " << fixed(x_max / -8.0, 6)
+            << " (x_max: the element of largest magnitude, sign kept, becomes code 0)";
+      break;
+    case GgmlType::q5_0: scale << "d = x_max / -16 = " << fixed(x_max, 4) << " / -16 = " << fixed(x_max / -16.0, 6); break;
+    case GgmlType::q4_1:
+      scale << "m = min x = " << fixed(lo, 4) << ", d = (max x - m) / 15 = " << fixed((hi - lo) / 15.0, 6);
+      break;
+    default: scale << "m = min x = " << fixed(lo, 4) << ", d = (max x - m) / 31 = " << fixed((hi - lo) / 31.0, 6); break;
+  }
+  print_step(std::cout, 2, "the scale: " + scale.str());
+  print_step(std::cout, 3, "d stored as fp16: " + fixed(d16, 6) + " (bytes " + hex_bytes(q.bytes.data(), 2) +
+                               ", little-endian); the codes use the float d, the values back use this one");
+  print_step(std::cout, 4, "the block's " + std::to_string(block_bytes(type)) + " bytes (" +
+                               fixed(bits_per_weight(type), 1) + " bits per weight)");
+  std::cout << "  " << hex_bytes(q.bytes.data(), q.bytes.size()) << "\n";
+  const Tensor2 back = ref.dequantize(q);
+  print_step(std::cout, 5, "the values the block stands for, x^");
+  print_matrix(std::cout, "x^", back);
+  print_step(std::cout, 6, "the error x - x^ (within half a step, d / 2, except at the clamp and for the fp16 d)");
+  print_matrix(std::cout, "x - x^", Tensor2(block - back));
+}
+
+int run(const Options& o, const GlobalOptions& g) {
+  if (g.format == "markdown") {
+    std::cout << markdown();
+    return 0;
+  }
+  require_positive(TVLAB_CHAPTER_NAME, "--rows", o.rows);
+  require_positive(TVLAB_CHAPTER_NAME, "--cols", o.cols);
+  const GgmlType type = type_from_name(TVLAB_CHAPTER_NAME, o.type);
+  require(type != GgmlType::f32 && type != GgmlType::f16, TVLAB_CHAPTER_NAME, "--type (", o.type,
+          ") must be a block type: Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
+  require_block_multiple(TVLAB_CHAPTER_NAME, "--cols", static_cast<std::size_t>(o.cols), type);
+  const auto rows = static_cast<std::uint64_t>(o.rows), cols = static_cast<std::uint64_t>(o.cols);
+  RunCost cost;
+  cost.memory("the input and every backend's blocks and values back", {quant::backends().size() + 1, rows, cols},
+              2 * sizeof(float), "--cols")
+      .work("the loop reference's codes", {rows, cols}, "--cols");
+  cost.require_affordable(g, o);
+  Rng rng(g.seed);
+  const Tensor2 x = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols));
+  const auto run_one = [&](const quant::Backend& b) -> std::optional<Run> {
+    if (!b.quantize) return std::nullopt;
+    const QuantizedMatrix q = b.quantize(x, type);
+    Tensor1 bytes = Tensor1::from_shape({q.bytes.size()});
+    for (std::size_t i = 0; i < q.bytes.size(); ++i) bytes(i) = q.bytes[i];
+    Run run;
+    run.outputs.push_back({"bytes", bytes, 0.0, "quantize: the bytes"});  // byte for byte
+    run.outputs.push_back({"dequantize", b.dequantize(q), 0.0});          // bit for bit
+    return run;
+  };
+  const Run expected = *run_one(reference_backend(quant::backends()));
+  if (o.step) step_through(x, type);
+  Dump dump(o.dump);
+  dump.write("x", x);
+  const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                         type_name(type) + ": rows " + std::to_string(o.rows) + ", cols " + std::to_string(o.cols) +
+                             ", seed " + std::to_string(g.seed),
+                         {{"rows", o.rows}, {"cols", o.cols}, {"type", type_name(type)}},
+                         g.format == "json"};
+  return run_backends(quant::backends(), o.backend, run_one, expected, dump, report);
+}
+
+}  // namespace
+
+Chapter TVLAB_CHAPTER_ENTRY() {
+  Chapter c;
+  c.name = TVLAB_CHAPTER_NAME;
+  c.alias = "quant";
+  c.summary = "quantization: ggml's block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, byte for byte";
+  c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
+    auto o = std::make_shared<Options>();
+    Command sub = add_chapter_command(
+        root, global, TVLAB_CHAPTER_NAME, "quant", "Quantization: ggml's block formats, one block step by step", *o,
+        "print one block of 32 weights through the format: scale, fp16 scale, bytes, values back, errors",
+        "write x.npy, bytes_<backend>.npy and dequantize_<backend>.npy to DIR", backend_lines(quant::backends()),
+        [o, &global] { return run(*o, global); });
+    sub.option("--rows", o->rows, "rows of weights");
+    sub.option("--cols", o->cols, "weights per row (a multiple of 32)");
+    sub.option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
+  };
+  c.tour = [](const GlobalOptions&) { return TourReport{agreements(), document_checks()}; };
+  return c;
+}
+
+}  // namespace tvlab::cli

@@ -1,0 +1,48 @@
+// Chapter 08 exercises: worked solutions. Each marked region is what a student writes;
+// scripts/make_student.py turns this file into student.cpp with the regions replaced by
+// NotImplemented stubs. Edit this file, then regenerate (`make student-stubs`).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "tvlab/core/dtype.hpp"
+#include "tvlab/student/block_quant.hpp"
+
+namespace tvlab::student {
+
+void quantize_block_q8_0(const float* x, std::uint8_t* block) {
+  // BEGIN EXERCISE 08.1 "one Q8_0 block: the scale d = max|x| / 127 in fp16, then 32 int8 codes round(x / d)" "Q8_0: eight bits and one scale"
+  float amax = 0.0f;  // max_j |x_j|
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;  // an all-zero block: d = 0 and every code 0
+  const std::uint16_t d_bits = float_to_fp16_bits(d);
+  block[0] = static_cast<std::uint8_t>(d_bits & 0xFF);  // little-endian
+  block[1] = static_cast<std::uint8_t>(d_bits >> 8);
+  for (int j = 0; j < 32; ++j)  // round half away from zero, with the float d (not its fp16 rounding)
+    block[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(x[j] * id)));
+  // END EXERCISE
+}
+
+void quantize_block_q4_0(const float* x, std::uint8_t* block) {
+  // BEGIN EXERCISE 08.2 "one Q4_0 block: d = x_max / -8 from the signed element of largest magnitude, codes min(15, trunc(x / d + 8.5)), two per byte" "Q4_0: four bits, packed in pairs"
+  float amax = 0.0f, x_max = 0.0f;  // the first element of largest |x|, with its sign
+  for (int j = 0; j < 32; ++j)
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), x_max = x[j];
+  const float d = x_max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const std::uint16_t d_bits = float_to_fp16_bits(d);
+  block[0] = static_cast<std::uint8_t>(d_bits & 0xFF);
+  block[1] = static_cast<std::uint8_t>(d_bits >> 8);
+  for (int j = 0; j < 16; ++j) {
+    // element j in the low nibble, element j + 16 in the high one
+    const float scaled_lo = x[j] * id, scaled_hi = x[j + 16] * id;
+    const int lo = std::min(15, static_cast<int>(static_cast<std::int8_t>(scaled_lo + 8.5f)));
+    const int hi = std::min(15, static_cast<int>(static_cast<std::int8_t>(scaled_hi + 8.5f)));
+    block[2 + j] = static_cast<std::uint8_t>(lo | (hi << 4));
+  }
+  // END EXERCISE
+}
+
+}  // namespace tvlab::student

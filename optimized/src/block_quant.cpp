@@ -1,0 +1,222 @@
+#include "tvlab/opt/block_quant.hpp"
+
+#include <omp.h>
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "tvlab/core/dtype.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/ref/block_quant.hpp"
+
+// Compiled with -ffp-contract=off (optimized/CMakeLists.txt): x * id + offset must round twice,
+// as in the reference, or a code moves by one where the sum falls on a rounding boundary.
+
+namespace tvlab::opt {
+namespace {
+
+constexpr std::size_t kBlock = 32;
+using Batch = xsimd::batch<float>;
+using IntBatch = xsimd::batch<std::int32_t>;
+constexpr std::size_t kLanes = Batch::size;
+constexpr std::size_t kBatches = kBlock / kLanes;  // 2 with AVX-512, 4 with AVX2
+static_assert(kBlock % kLanes == 0, "a block is a whole number of SIMD registers");
+
+void store_fp16(float value, std::uint8_t* out) {
+  const std::uint16_t bits = float_to_fp16_bits(value);
+  out[0] = static_cast<std::uint8_t>(bits & 0xFF);
+  out[1] = static_cast<std::uint8_t>(bits >> 8);
+}
+
+float load_fp16(const std::uint8_t* in) { return fp16_bits_to_float(static_cast<std::uint16_t>(in[0] | (in[1] << 8))); }
+
+// The largest (or smallest) lane of a register: xsimd 8 has no horizontal max.
+template <class Pick>
+float across_lanes(const Batch& v, Pick pick) {
+  alignas(64) float lanes[kLanes];
+  v.store_aligned(lanes);
+  float out = lanes[0];
+  for (std::size_t l = 1; l < kLanes; ++l) out = pick(out, lanes[l]);
+  return out;
+}
+
+// The block's floats in registers.
+struct Block {
+  Batch v[kBatches];
+  explicit Block(const float* x) {
+    for (std::size_t b = 0; b < kBatches; ++b) v[b] = Batch::load_unaligned(x + b * kLanes);
+  }
+  float max_abs() const {
+    Batch m = xsimd::abs(v[0]);
+    for (std::size_t b = 1; b < kBatches; ++b) m = xsimd::max(m, xsimd::abs(v[b]));
+    return across_lanes(m, [](float a, float b) { return std::max(a, b); });
+  }
+  float min() const {
+    Batch m = v[0];
+    for (std::size_t b = 1; b < kBatches; ++b) m = xsimd::min(m, v[b]);
+    return across_lanes(m, [](float a, float b) { return std::min(a, b); });
+  }
+  float max() const {
+    Batch m = v[0];
+    for (std::size_t b = 1; b < kBatches; ++b) m = xsimd::max(m, v[b]);
+    return across_lanes(m, [](float a, float b) { return std::max(a, b); });
+  }
+};
+
+// trunc((x - offset_in) * id + offset_out), at most `top`, into q[32] (the casts of the 4- and
+// 5-bit types: every value here is >= 0, where truncation and the reference's integer cast agree).
+void truncated_codes(const Block& blk, float offset_in, float id, float offset_out, int top, std::int32_t* q) {
+  for (std::size_t b = 0; b < kBatches; ++b) {
+    const Batch scaled = (blk.v[b] - Batch(offset_in)) * Batch(id);
+    const IntBatch code = xsimd::batch_cast<std::int32_t>(scaled + Batch(offset_out));  // truncates
+    xsimd::min(code, IntBatch(top)).store_unaligned(q + b * kLanes);
+  }
+}
+
+void pack_nibbles(const std::int32_t* q, std::uint8_t* out) {
+  for (std::size_t j = 0; j < kBlock / 2; ++j)
+    out[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + kBlock / 2] & 0x0F) << 4));
+}
+
+void store_fifth_bits(const std::int32_t* q, std::uint8_t* out) {
+  std::uint32_t qh = 0;
+  for (std::size_t j = 0; j < kBlock; ++j) qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
+  for (int b = 0; b < 4; ++b) out[b] = static_cast<std::uint8_t>(qh >> (8 * b));
+}
+
+void quantize_q8_0(const float* x, std::uint8_t* block) {
+  const Block blk(x);
+  const float d = blk.max_abs() / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  store_fp16(d, block);
+  for (std::size_t b = 0; b < kBatches; ++b) {
+    // round half away from zero, as roundf: xsimd::round
+    alignas(64) std::int32_t q[kLanes];
+    xsimd::batch_cast<std::int32_t>(xsimd::round(blk.v[b] * Batch(id))).store_aligned(q);
+    for (std::size_t l = 0; l < kLanes; ++l) block[2 + b * kLanes + l] = static_cast<std::uint8_t>(q[l]);
+  }
+}
+
+// Q4_0 and Q5_0: d = x_max / -2^(bits-1), where x_max is the first element of largest magnitude.
+void quantize_symmetric(const float* x, int bits, std::uint8_t* block) {
+  const Block blk(x);
+  const float amax = blk.max_abs();
+  float x_max = 0.0f;
+  for (std::size_t j = 0; j < kBlock && amax > 0.0f; ++j)
+    if (std::fabs(x[j]) == amax) {
+      x_max = x[j];
+      break;
+    }
+  const float half = static_cast<float>(1 << (bits - 1));
+  const float d = x_max / -half;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  alignas(64) std::int32_t q[kBlock];
+  truncated_codes(blk, 0.0f, id, half + 0.5f, (1 << bits) - 1, q);
+  store_fp16(d, block);
+  if (bits == 5) store_fifth_bits(q, block + 2);
+  pack_nibbles(q, block + (bits == 5 ? 6 : 2));
+}
+
+// Q4_1 and Q5_1: m = min, d = (max - min) / (2^bits - 1).
+void quantize_asymmetric(const float* x, int bits, std::uint8_t* block) {
+  const Block blk(x);
+  const float min = blk.min(), max = blk.max();
+  const int top = (1 << bits) - 1;
+  const float d = (max - min) / static_cast<float>(top);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  alignas(64) std::int32_t q[kBlock];
+  truncated_codes(blk, min, id, 0.5f, top, q);
+  store_fp16(d, block);
+  store_fp16(min, block + 2);
+  if (bits == 5) store_fifth_bits(q, block + 4);
+  pack_nibbles(q, block + (bits == 5 ? 8 : 4));
+}
+
+// The 32 codes of a block with nibbles (and fifth bits), minus `offset`, as floats.
+void unpack_codes(const std::uint8_t* nibbles, const std::uint8_t* fifth, int offset, float* codes) {
+  std::uint32_t qh = 0;
+  if (fifth) qh = fifth[0] | fifth[1] << 8 | fifth[2] << 16 | static_cast<std::uint32_t>(fifth[3]) << 24;
+#pragma omp simd
+  for (std::size_t j = 0; j < kBlock / 2; ++j) {
+    const int high_lo = fifth ? static_cast<int>((qh >> j) & 1) << 4 : 0;
+    const int high_hi = fifth ? static_cast<int>((qh >> (j + kBlock / 2)) & 1) << 4 : 0;
+    codes[j] = static_cast<float>(((nibbles[j] & 0x0F) | high_lo) - offset);
+    codes[j + kBlock / 2] = static_cast<float>(((nibbles[j] >> 4) | high_hi) - offset);
+  }
+}
+
+void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
+  const float d = load_fp16(block);
+  alignas(64) float codes[kBlock];
+  float m = 0.0f;
+  bool with_min = false;
+  switch (type) {
+    case GgmlType::q8_0:
+#pragma omp simd
+      for (std::size_t j = 0; j < kBlock; ++j) codes[j] = static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
+      break;
+    case GgmlType::q4_0: unpack_codes(block + 2, nullptr, 8, codes); break;
+    case GgmlType::q5_0: unpack_codes(block + 6, block + 2, 16, codes); break;
+    case GgmlType::q4_1:
+      m = load_fp16(block + 2), with_min = true;
+      unpack_codes(block + 4, nullptr, 0, codes);
+      break;
+    case GgmlType::q5_1:
+      m = load_fp16(block + 2), with_min = true;
+      unpack_codes(block + 8, block + 4, 0, codes);
+      break;
+    default: break;
+  }
+  // x^ = d q (+ m): a product, then a sum, each rounded, as in the reference
+  for (std::size_t b = 0; b < kBatches; ++b) {
+    Batch value = Batch(d) * Batch::load_aligned(codes + b * kLanes);
+    if (with_min) value = value + Batch(m);
+    value.store_unaligned(y + b * kLanes);
+  }
+}
+
+}  // namespace
+
+QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
+  ref::validate_quantize("quantize", x, type);
+  QuantizedMatrix q{type, x.shape()[0], x.shape()[1], {}};
+  q.bytes.resize(q.rows * q.row_bytes());
+  const auto rows = static_cast<std::ptrdiff_t>(q.rows);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const float* row_in = x.data() + static_cast<std::size_t>(r) * q.cols;
+    std::uint8_t* row_out = q.row(static_cast<std::size_t>(r));
+    for (std::size_t b = 0; b < q.cols / kBlock; ++b) {
+      const float* in = row_in + b * kBlock;
+      std::uint8_t* out = row_out + b * block_bytes(type);
+      switch (type) {
+        case GgmlType::q8_0: quantize_q8_0(in, out); break;
+        case GgmlType::q4_0: quantize_symmetric(in, 4, out); break;
+        case GgmlType::q5_0: quantize_symmetric(in, 5, out); break;
+        case GgmlType::q4_1: quantize_asymmetric(in, 4, out); break;
+        case GgmlType::q5_1: quantize_asymmetric(in, 5, out); break;
+        default: break;
+      }
+    }
+  }
+  return q;
+}
+
+Tensor2 dequantize(const QuantizedMatrix& q) {
+  validate_quantized("dequantize", q);
+  require(q.type != GgmlType::f32 && q.type != GgmlType::f16, "dequantize", "q.type (", type_name(q.type),
+          ") is not a block type");
+  Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
+  const auto rows = static_cast<std::ptrdiff_t>(q.rows);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < rows; ++r)
+    for (std::size_t b = 0; b < q.cols / kBlock; ++b)
+      dequantize_block(q.type, q.row(static_cast<std::size_t>(r)) + b * block_bytes(q.type),
+                       y.data() + static_cast<std::size_t>(r) * q.cols + b * kBlock);
+  return y;
+}
+
+}  // namespace tvlab::opt

@@ -1,0 +1,82 @@
+#pragma once
+/// @file
+/// The block formats of ggml / llama.cpp (and of GGUF files), as bytes: the type numbers, the
+/// block layouts and a quantized matrix (chapter 08). Shared by the reference, the optimized code
+/// and the GGUF reader and writer, so that "the same bytes" means the same thing everywhere.
+///
+/// A row of n weights is cut into blocks of 32 (256 for the K-quants); each block is stored as
+/// its scale(s) in fp16 followed by its integer codes, packed. The layouts are ggml's
+/// (`ggml/src/ggml-common.h`), byte for byte:
+///
+/// | type | block | bytes | layout | bits per weight |
+/// | --- | --- | --- | --- | --- |
+/// | Q8_0 | 32 | 34 | fp16 d, int8 q[32] | 8.5 |
+/// | Q4_0 | 32 | 18 | fp16 d, 16 bytes of nibbles | 4.5 |
+/// | Q4_1 | 32 | 20 | fp16 d, fp16 m, 16 bytes of nibbles | 5.0 |
+/// | Q5_0 | 32 | 22 | fp16 d, 4 bytes of fifth bits, 16 bytes of nibbles | 5.5 |
+/// | Q5_1 | 32 | 24 | fp16 d, fp16 m, 4 bytes of fifth bits, 16 bytes of nibbles | 6.0 |
+///
+/// Byte j of the nibbles holds element j in its low half and element j + 16 in its high half;
+/// bit j of the fifth bits (read as a little-endian uint32) is element j's fifth bit.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tvlab {
+
+/// ggml's type numbers (`enum ggml_type`), as GGUF files store them.
+enum class GgmlType : std::uint32_t {
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q8_0 = 8,
+};
+
+/// The types the chapter quantizes to, in the order of the lesson's tables.
+const std::vector<GgmlType>& quantized_types();
+
+/// "Q8_0", "Q4_0", ... as llama.cpp names them ("F32", "F16" for the float types).
+std::string type_name(GgmlType type);
+
+/// The type called `name` ("Q4_0", case-insensitive); a tvlab::Error naming `function` and the
+/// list of known types otherwise.
+GgmlType type_from_name(const char* function, const std::string& name);
+
+/// Weights per block: 32 for every block type here, 1 for F32 and F16.
+std::size_t block_size(GgmlType type);
+
+/// Bytes per block (34 for Q8_0, 18 for Q4_0, ...; 4 for F32, 2 for F16).
+std::size_t block_bytes(GgmlType type);
+
+/// Storage cost: 8 block_bytes / block_size (8.5 for Q8_0, 4.5 for Q4_0).
+double bits_per_weight(GgmlType type);
+
+/// True when `number` is one of the GgmlType values above.
+bool is_known_type(std::uint32_t number);
+
+/// A matrix [rows, cols] in one of the formats: each row is cols / block_size blocks, rows one
+/// after the other, exactly as a GGUF file stores a 2-D tensor (ggml's dimension 0 is `cols`).
+struct QuantizedMatrix {
+  GgmlType type = GgmlType::q8_0;
+  std::size_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> bytes;
+
+  std::size_t row_bytes() const { return cols / block_size(type) * block_bytes(type); }
+  const std::uint8_t* row(std::size_t r) const { return bytes.data() + r * row_bytes(); }
+  std::uint8_t* row(std::size_t r) { return bytes.data() + r * row_bytes(); }
+};
+
+/// Checks what every function taking a QuantizedMatrix needs: a known block type, cols a
+/// multiple of its block size, and rows * row_bytes() bytes.
+void validate_quantized(const char* function, const QuantizedMatrix& q);
+
+/// Checks a row length for `type`: cols > 0 and a multiple of the block size (the error names
+/// `name` and the block size).
+void require_block_multiple(const char* function, const char* name, std::size_t cols, GgmlType type);
+
+}  // namespace tvlab

@@ -1,0 +1,82 @@
+#include "tvlab/core/ggml_blocks.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "tvlab/core/error.hpp"
+
+namespace tvlab {
+
+const std::vector<GgmlType>& quantized_types() {
+  static const std::vector<GgmlType> all = {GgmlType::q8_0, GgmlType::q5_1, GgmlType::q5_0, GgmlType::q4_1,
+                                            GgmlType::q4_0};
+  return all;
+}
+
+std::string type_name(GgmlType type) {
+  switch (type) {
+    case GgmlType::f32: return "F32";
+    case GgmlType::f16: return "F16";
+    case GgmlType::q4_0: return "Q4_0";
+    case GgmlType::q4_1: return "Q4_1";
+    case GgmlType::q5_0: return "Q5_0";
+    case GgmlType::q5_1: return "Q5_1";
+    case GgmlType::q8_0: return "Q8_0";
+  }
+  return "type " + std::to_string(static_cast<std::uint32_t>(type));
+}
+
+bool is_known_type(std::uint32_t number) {
+  for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                     GgmlType::q8_0})
+    if (static_cast<std::uint32_t>(t) == number) return true;
+  return false;
+}
+
+GgmlType type_from_name(const char* function, const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  std::string known;
+  for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::q8_0, GgmlType::q5_1, GgmlType::q5_0, GgmlType::q4_1,
+                     GgmlType::q4_0}) {
+    if (type_name(t) == upper) return t;
+    known += (known.empty() ? "" : ", ") + type_name(t);
+  }
+  fail(function, "type \"", name, "\" is not one of ", known);
+}
+
+std::size_t block_size(GgmlType type) {
+  return type == GgmlType::f32 || type == GgmlType::f16 ? 1 : 32;
+}
+
+std::size_t block_bytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::f32: return 4;
+    case GgmlType::f16: return 2;
+    case GgmlType::q4_0: return 2 + 16;
+    case GgmlType::q4_1: return 2 + 2 + 16;
+    case GgmlType::q5_0: return 2 + 4 + 16;
+    case GgmlType::q5_1: return 2 + 2 + 4 + 16;
+    case GgmlType::q8_0: return 2 + 32;
+  }
+  fail("block_bytes", "type (", static_cast<std::uint32_t>(type), ") is not a known ggml type");
+}
+
+double bits_per_weight(GgmlType type) {
+  return 8.0 * static_cast<double>(block_bytes(type)) / static_cast<double>(block_size(type));
+}
+
+void require_block_multiple(const char* function, const char* name, std::size_t cols, GgmlType type) {
+  require(cols > 0 && cols % block_size(type) == 0, function, name, " (", cols, ") must be a positive multiple of ",
+          type_name(type), "'s block of ", block_size(type), " weights");
+}
+
+void validate_quantized(const char* function, const QuantizedMatrix& q) {
+  require(is_known_type(static_cast<std::uint32_t>(q.type)), function, "q.type (",
+          static_cast<std::uint32_t>(q.type), ") is not a known ggml type");
+  require_block_multiple(function, "q.cols", q.cols, q.type);
+  require(q.bytes.size() == q.rows * q.row_bytes(), function, "q.bytes holds ", q.bytes.size(), " bytes, expected ",
+          q.rows * q.row_bytes(), " (", q.rows, " rows of ", q.row_bytes(), " bytes of ", type_name(q.type), ")");
+}
+
+}  // namespace tvlab
