@@ -20,6 +20,11 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/block_quant.hpp"
 
+namespace tvlab {
+// gtest prints a parameter through PrintTo: the format's name, not its bytes.
+inline void PrintTo(GgmlType type, std::ostream* out) { *out << type_name(type); }
+}  // namespace tvlab
+
 namespace tvlab::quant {
 namespace {
 
@@ -38,6 +43,19 @@ Tensor2 hostile_matrix(unsigned long long seed, std::size_t rows, std::size_t co
     x(1, c) = 3.0f;                                                      // constant
     x(2, c) = c == 0 ? 127.0f : static_cast<float>(c) - 15.5f;           // Q8_0 ties
     if (rows > 3) x(3, c) = c == 0 ? -8.0f : static_cast<float>(c % 16) * 0.5f - 3.5f;  // Q4_0 ties
+  }
+  // A block where rounding the product x_7 * (1/d) and then the sum with 8.5 gives code 6, and a
+  // fused multiply-add (one rounding) gives 5: x_7 / d is -2.5000002 in float, the exact sum
+  // 5.99999974 lies nearer 5.9999995 than 6. (Found in the benchmark's 4096 x 4096 weights.)
+  if (rows > 4) {
+    const float fma_block[32] = {
+        0x1.0d72e8p-9f,  0x1.f7db54p-6f,  -0x1.66f15ap-9f, 0x1.c6cbb2p-7f,  -0x1.38d6acp-6f, 0x1.d5a42ap-8f,
+        0x1.8fb486p-6f,  -0x1.b27fc8p-7f, 0x1.335eep-8f,   -0x1.c6517ep-7f, 0x1.0f207cp-6f,  -0x1.9e5edcp-7f,
+        -0x1.5b996ap-5f, 0x1.017ab6p-7f,  0x1.05baf6p-5f,  0x1.7b025cp-8f,  0x1.3c37a8p-8f,  0x1.fb2bbap-6f,
+        0x1.8790fep-6f,  -0x1.e7d904p-7f, -0x1.2c65b4p-6f, 0x1.31f906p-8f,  0x1.75be08p-6f,  -0x1.4ee3bap-7f,
+        0x1.2de792p-8f,  0x1.520828p-8f,  0x1.cc9076p-9f,  -0x1.8931aep-6f, -0x1.0ba392p-5f, 0x1.032102p-6f,
+        0x1.9183fap-6f,  -0x1.002beep-7f};
+    for (std::size_t c = 0; c < 32; ++c) x(4, c) = fma_block[c];
   }
   return x;
 }
