@@ -59,6 +59,12 @@ struct Block {
     for (std::size_t b = 1; b < kBatches; ++b) m = xsimd::min(m, v[b]);
     return across_lanes(m, [](float a, float b) { return std::min(a, b); });
   }
+  // 0 when every value is finite, NaN otherwise (x - x is 0 for a finite x)
+  bool finite() const {
+    Batch zeros = v[0] - v[0];
+    for (std::size_t b = 1; b < kBatches; ++b) zeros += v[b] - v[b];
+    return xsimd::hadd(zeros) == 0.0f;
+  }
   float max() const {
     Batch m = v[0];
     for (std::size_t b = 1; b < kBatches; ++b) m = xsimd::max(m, v[b]);
@@ -181,16 +187,23 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
 }  // namespace
 
 QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
-  ref::validate_quantize("quantize", x, type);
+  // the values are checked block by block as they are read; one that is not finite brings the
+  // reference's scan, for its error naming the first one
+  ref::validate_quantize("quantize", x, type, /*scan_values=*/false);
   QuantizedMatrix q{type, x.shape()[0], x.shape()[1], {}};
   q.bytes.resize(q.rows * q.row_bytes());
   const auto rows = static_cast<std::ptrdiff_t>(q.rows);
-#pragma omp parallel for schedule(static)
+  bool all_finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : all_finite)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const float* row_in = x.data() + static_cast<std::size_t>(r) * q.cols;
     std::uint8_t* row_out = q.row(static_cast<std::size_t>(r));
     for (std::size_t b = 0; b < q.cols / kBlock; ++b) {
       const float* in = row_in + b * kBlock;
+      if (!Block(in).finite()) {
+        all_finite = false;
+        break;
+      }
       std::uint8_t* out = row_out + b * block_bytes(type);
       switch (type) {
         case GgmlType::q8_0: quantize_q8_0(in, out); break;
@@ -202,6 +215,7 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
       }
     }
   }
+  if (!all_finite) ref::validate_quantize("quantize", x, type);  // throws, naming the first value
   return q;
 }
 

@@ -163,12 +163,12 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
   fail("dequantize_block", "type (", type_name(type), ") is not a block type: use one of quantized_types()");
 }
 
-void validate_quantize(const char* function, const Tensor2& x, GgmlType type) {
+void validate_quantize(const char* function, const Tensor2& x, GgmlType type, bool scan_values) {
   require(std::find(quantized_types().begin(), quantized_types().end(), type) != quantized_types().end(), function,
           "type (", type_name(type), ") is not a block type: Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
   require_nonempty(function, "x", x);
   require_block_multiple(function, "x's row length", x.shape()[1], type);
-  require_finite(function, "x", x);
+  if (scan_values) require_finite_max_abs(function, "x", x);
 }
 
 QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {

@@ -65,6 +65,9 @@ Tensor2 dequantize(const QuantizedMatrix& q);
 
 /// The checks `quantize` starts with, public so that other implementations reject the same inputs
 /// with the same messages.
-void validate_quantize(const char* function, const Tensor2& x, GgmlType type);
+/// @param scan_values false skips the pass over x for values that are not finite: for an
+///        implementation that checks them as it reads them, and calls again with true when it
+///        finds one (the error names the first such value in row-major order).
+void validate_quantize(const char* function, const Tensor2& x, GgmlType type, bool scan_values = true);
 
 }  // namespace tvlab::ref
