@@ -1,7 +1,9 @@
 #include "backends.hpp"
 
 #include "tvlab/opt/block_quant.hpp"
+#include "tvlab/opt/quantized_gemv.hpp"
 #include "tvlab/ref/block_quant.hpp"
+#include "tvlab/ref/quantized_gemv.hpp"
 #include "tvlab/student/block_quant.hpp"
 
 namespace tvlab::quant {
@@ -14,12 +16,14 @@ const std::vector<Backend>& backends() {
        .kind = BackendKind::reference,
        .quantize = [](const Tensor2& x, GgmlType type) { return ref::quantize(x, type); },
        .dequantize = [](const QuantizedMatrix& q) { return ref::dequantize(q); },
+       .quantized_gemv = ref::quantized_gemv,
        .quantize_block_q8_0 = ref::quantize_block_q8_0,
        .quantize_block_q4_0 = ref::quantize_block_q4_0},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .quantize = [](const Tensor2& x, GgmlType type) { return opt::quantize(x, type); },
-       .dequantize = [](const QuantizedMatrix& q) { return opt::dequantize(q); }},
+       .dequantize = [](const QuantizedMatrix& q) { return opt::dequantize(q); },
+       .quantized_gemv = opt::quantized_gemv},
       {.name = "student",
        .kind = BackendKind::student,
        .quantize_block_q8_0 = student::quantize_block_q8_0,

@@ -6,9 +6,16 @@
 // the floats read and the blocks written (quantize), the blocks read and the floats written
 // (dequantize); stream_scale measures what this machine's memory moves in the same run.
 //
+// The quantized matrix-vector product, y = W x with W in Q8_0 or Q4_0, on a decode step's shapes
+// (4096 x 4096, an attention projection; 4096 x 14336, LLaMA-3-8B's FFN down projection),
+// checked bit for bit against the reference, next to OpenBLAS's fp32 sgemv of the same W: GB/s
+// counts the weight bytes read (the vector is read once, 4 bytes per column), which is what
+// bounds a decode step.
+//
 //   build/default/chapters/bench_08_quantization --benchmark_counters_tabular=true
 
 #include <map>
+#include <tuple>
 
 #include "../common/bench_support.hpp"
 #include "backends.hpp"
@@ -56,9 +63,49 @@ void dequantize(benchmark::State& state, const quant::Backend& backend, GgmlType
   set_bytes(state, moved_bytes(type));
 }
 
+// The weights of a GEMV shape in each format (reference blocks, made once) and an activation.
+const QuantizedMatrix& gemv_weights(std::size_t rows, std::size_t cols, GgmlType type) {
+  static std::map<std::tuple<std::size_t, std::size_t, GgmlType>, QuantizedMatrix> held;
+  auto it = held.find({rows, cols, type});
+  if (it == held.end()) {
+    Rng rng(89 + rows + cols);
+    it = held.emplace(std::make_tuple(rows, cols, type), reference_backend(quant::backends())
+                                                             .quantize(rng.normal_matrix(rows, cols, 0.0, 0.02), type))
+             .first;
+  }
+  return it->second;
+}
+
+// args: rows, cols, the format's ggml number.
+void gemv(benchmark::State& state, const quant::Backend& backend) {
+  const auto rows = static_cast<std::size_t>(state.range(0)), cols = static_cast<std::size_t>(state.range(1));
+  const auto type = static_cast<GgmlType>(state.range(2));
+  const QuantizedMatrix& w = gemv_weights(rows, cols, type);
+  Rng rng(90);
+  const Tensor2 x_row = rng.normal_matrix(1, cols);
+  Tensor1 x = Tensor1::from_shape({cols});
+  std::copy(x_row.begin(), x_row.end(), x.begin());
+  // the same bits as the reference (integer dots, one order of float terms): tolerance 0
+  if (!validate(state, backend.quantized_gemv(w, x), reference_backend(quant::backends()).quantized_gemv(w, x),
+                {0.0, 0.0}))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(backend.quantized_gemv(w, x));
+  set_bytes(state, static_cast<double>(w.bytes.size()));
+  state.SetLabel(type_name(type));
+}
+
 }  // namespace
 
 void register_benchmarks() {
+  add_openblas_sgemv({{4096, 4096}, {4096, 14336}});
+  add_stream_scale({256 << 20});
+  add_backends(quant::backends(), &quant::Backend::quantized_gemv, "quantized_gemv", gemv,
+               [](benchmark::internal::Benchmark* b, const quant::Backend&) {
+                 for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0})
+                   for (std::int64_t cols : {4096, 14336})
+                     b->Args({4096, cols, static_cast<std::int64_t>(type)});
+                 b->ArgNames({"rows", "cols", "type"});
+               });
   add_stream_scale({16 << 20});
   for (GgmlType type : quantized_types()) {
     const std::string suffix = "/" + type_name(type);

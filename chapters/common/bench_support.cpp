@@ -23,6 +23,19 @@ void BM_openblas_sgemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = gflops(2.0 * n * n * n);
 }
 
+// y = W x for W [rows, cols] in float: the fp32 decode-step product a quantized one replaces; it
+// reads W once, 4 bytes per weight.
+void BM_openblas_sgemv(benchmark::State& state) {
+  const auto rows = static_cast<int>(state.range(0)), cols = static_cast<int>(state.range(1));
+  std::vector<float> w(static_cast<std::size_t>(rows) * cols, 0.01f), x(static_cast<std::size_t>(cols), 1.0f),
+      y(static_cast<std::size_t>(rows));
+  for (auto _ : state) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, w.data(), cols, x.data(), 1, 0.0f, y.data(), 1);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_bytes(state, 4.0 * static_cast<double>(rows) * cols);
+}
+
 void BM_stream_scale(benchmark::State& state) {
   const auto n = static_cast<std::ptrdiff_t>(state.range(0) / static_cast<std::int64_t>(sizeof(float)));
   std::vector<float> x(static_cast<std::size_t>(n), 1.0f), y(static_cast<std::size_t>(n));
@@ -69,6 +82,11 @@ void add_baseline(const char* name, void (*function)(benchmark::State&), const s
 }  // namespace
 
 void add_openblas_sgemm(const std::vector<std::int64_t>& sizes) { add_baseline("openblas_sgemm", BM_openblas_sgemm, sizes); }
+void add_openblas_sgemv(const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes) {
+  auto* b = benchmark::RegisterBenchmark("openblas_sgemv", BM_openblas_sgemv);
+  for (const auto& [rows, cols] : shapes) b->Args({rows, cols});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
 void add_memcpy(const std::vector<std::int64_t>& bytes) { add_baseline("memcpy", BM_memcpy, bytes); }
 void add_stream_scale(const std::vector<std::int64_t>& bytes) { add_baseline("stream_scale", BM_stream_scale, bytes); }
 void add_stream_scale_inplace(const std::vector<std::int64_t>& bytes) {

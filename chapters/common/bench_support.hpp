@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -37,6 +38,7 @@ void register_benchmarks();
 
 /// OpenBLAS SGEMM n x n x n: the compute limit that GFLOP/s figures are compared with.
 void BM_openblas_sgemm(benchmark::State& state);
+void BM_openblas_sgemv(benchmark::State& state);
 /// memcpy of range(0) bytes: the memory-bandwidth limit for GB/s figures (read + write counted).
 void BM_memcpy(benchmark::State& state);
 /// y_i = s x_i over range(0) bytes of x into a second buffer, threaded and vectorised: the limit
@@ -48,6 +50,10 @@ void BM_stream_scale(benchmark::State& state);
 /// x_i <- s x_i in place over range(0) bytes, threaded like BM_stream_scale: the limit for a kernel
 /// that reads a tensor and writes it back (read + write counted), such as RoPE applied in place.
 void BM_stream_scale_inplace(benchmark::State& state);
+
+/// Registers `openblas_sgemv/<rows>/<cols>` for each shape: float W [rows, cols] times a vector,
+/// GB/s of W read.
+void add_openblas_sgemv(const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes);
 
 /// Registers `openblas_sgemm/<n>` for each size n.
 void add_openblas_sgemm(const std::vector<std::int64_t>& sizes);

@@ -1,0 +1,159 @@
+#include "tvlab/opt/quantized_gemv.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "tvlab/core/dtype.hpp"
+#include "tvlab/core/error.hpp"
+#include "tvlab/ref/quantized_gemv.hpp"
+
+// Compiled with -ffp-contract=off and without the precompiled header (optimized/CMakeLists.txt):
+// each per-block term and each addition is rounded on its own, as in the reference.
+
+namespace tvlab::opt {
+namespace {
+
+constexpr std::size_t kBlock = 32;
+constexpr std::size_t kGroup = 8;  // blocks reduced together
+constexpr std::size_t kRows = 4;   // rows whose sums run side by side
+
+float load_fp16(const std::uint8_t* in) { return fp16_bits_to_float(static_cast<std::uint16_t>(in[0] | (in[1] << 8))); }
+
+// The activations, unpacked once per call: codes, scales as floats, and each block's code sum
+// (Q4_0's sumi = sum_j q_j x_j - 8 sum_j x_j).
+struct Activations {
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  std::vector<std::int32_t> sums;
+  explicit Activations(const Tensor1& x) {
+    const std::vector<std::uint8_t> blocks = ref::quantize_activations_q8_0(x);
+    const std::size_t n = x.size() / kBlock, bytes = block_bytes(GgmlType::q8_0);
+    // padded to a whole group of blocks: the last group's loads stay inside, its extra terms unused
+    const std::size_t padded = (n + kGroup - 1) / kGroup * kGroup;
+    codes.assign(padded * kBlock, 0);
+    scales.assign(padded, 0.0f);
+    sums.assign(padded, 0);
+    for (std::size_t b = 0; b < n; ++b) {
+      scales[b] = load_fp16(blocks.data() + b * bytes);
+      std::int32_t s = 0;
+      for (std::size_t j = 0; j < kBlock; ++j) s += codes[b * kBlock + j] = static_cast<std::int8_t>(blocks[b * bytes + 2 + j]);
+      sums[b] = s;
+    }
+  }
+};
+
+#if defined(__AVX2__)
+// Eight int32 lanes whose total is the block's integer dot (Q4_0: before subtracting 8 sum x).
+inline __m256i block_lanes(GgmlType type, const std::uint8_t* wb, const std::int8_t* x) {
+  const __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  __m256i w_unsigned, x_signed;
+  if (type == GgmlType::q8_0) {
+    // the byte products take an unsigned left factor: |w|, with w's sign moved onto x
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 2));
+    w_unsigned = _mm256_sign_epi8(w, w);
+    x_signed = _mm256_sign_epi8(xs, w);
+  } else {
+    // nibbles: element j in the low half of byte j, element j + 16 in the high half; codes 0..15
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
+    const __m128i low_mask = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(packed, low_mask), high = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+    w_unsigned = _mm256_set_m128i(high, low);
+    x_signed = xs;
+  }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_unsigned, x_signed);  // 4 byte products per lane
+#else
+  // pairs of byte products as int16 (at most 2 * 127 * 128, no saturation), then pairs of those
+  const __m256i pairs = _mm256_maddubs_epi16(w_unsigned, x_signed);
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+}
+
+// [total of v[0], ..., total of v[7]]: horizontal adds within 128-bit halves, then the halves added.
+inline __m256i totals_of_eight(const __m256i* v) {
+  const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  const __m128i first = _mm_add_epi32(_mm256_castsi256_si128(ab), _mm256_extracti128_si256(ab, 1));
+  const __m128i second = _mm_add_epi32(_mm256_castsi256_si128(cd), _mm256_extracti128_si256(cd, 1));
+  return _mm256_set_m128i(second, first);
+}
+#endif
+
+// The float term of every block of one row, in block order, with the reference's roundings:
+// sumi (d_w d_x) for Q8_0, (sumi d_w) d_x for Q4_0. Eight blocks at a time; the last group is
+// padded with zero lanes and only its real terms are stored.
+void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, const Activations& a, float* terms) {
+  const std::size_t w_bytes = block_bytes(type);
+#if defined(__AVX2__)
+  for (std::size_t b = 0; b < blocks; b += kGroup) {
+    const std::size_t count = std::min(kGroup, blocks - b);
+    __m256i lanes[kGroup];
+    alignas(16) std::uint16_t d_w_bits[kGroup] = {};
+    for (std::size_t k = 0; k < kGroup; ++k) {
+      lanes[k] = _mm256_setzero_si256();
+      if (k >= count) continue;
+      const std::uint8_t* wb = row + (b + k) * w_bytes;
+      lanes[k] = block_lanes(type, wb, a.codes.data() + (b + k) * kBlock);
+      d_w_bits[k] = static_cast<std::uint16_t>(wb[0] | (wb[1] << 8));
+    }
+    __m256i sumi = totals_of_eight(lanes);
+    if (type == GgmlType::q4_0)  // sum_j (q_j - 8) x_j = sum_j q_j x_j - 8 sum_j x_j
+      sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.sums.data() + b)), 3));
+    const __m256 sumi_f = _mm256_cvtepi32_ps(sumi);  // exact: |sumi| < 2^24
+    const __m256 d_w = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d_w_bits)));
+    const __m256 d_x = _mm256_loadu_ps(a.scales.data() + b);
+    const __m256 term = type == GgmlType::q8_0 ? _mm256_mul_ps(sumi_f, _mm256_mul_ps(d_w, d_x))
+                                               : _mm256_mul_ps(_mm256_mul_ps(sumi_f, d_w), d_x);
+    alignas(32) float group_terms[kGroup];
+    _mm256_store_ps(group_terms, term);
+    std::copy_n(group_terms, count, terms + b);
+  }
+#else
+  // Without AVX2: the integer dot in plain C++. (Not used where AVX2 is: GCC 12, allowed AVX-512
+  // VNNI, vectorises a signed-by-signed byte dot with vpdpbusd, an unsigned-by-signed instruction,
+  // and gets Q8_0 wrong.)
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* wb = row + b * w_bytes;
+    const std::int8_t* x = a.codes.data() + b * kBlock;
+    std::int32_t s = 0;
+    if (type == GgmlType::q8_0) {
+      for (std::size_t j = 0; j < kBlock; ++j) s += static_cast<std::int8_t>(wb[2 + j]) * x[j];
+    } else {
+      for (std::size_t j = 0; j < kBlock / 2; ++j) s += (wb[2 + j] & 0x0F) * x[j] + (wb[2 + j] >> 4) * x[j + kBlock / 2];
+      s -= 8 * a.sums[b];
+    }
+    const float sumi = static_cast<float>(s), d_w = load_fp16(wb), d_x = a.scales[b];
+    terms[b] = type == GgmlType::q8_0 ? sumi * (d_w * d_x) : sumi * d_w * d_x;
+  }
+#endif
+}
+
+}  // namespace
+
+Tensor1 quantized_gemv(const QuantizedMatrix& w, const Tensor1& x) {
+  ref::validate_quantized_gemv("quantized_gemv", w, x);
+  const Activations a(x);
+  const std::size_t blocks = w.cols / kBlock, groups = (w.rows + kRows - 1) / kRows;
+  Tensor1 y = Tensor1::from_shape({w.rows});
+#pragma omp parallel
+  {
+    std::vector<float> terms(kRows * blocks);
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t g = 0; g < static_cast<std::ptrdiff_t>(groups); ++g) {
+      const std::size_t r0 = static_cast<std::size_t>(g) * kRows, count = std::min(kRows, w.rows - r0);
+      for (std::size_t i = 0; i < count; ++i) block_terms(w.type, w.row(r0 + i), blocks, a, terms.data() + i * blocks);
+      // y_r = ((term_0 + term_1) + term_2) + ..., the reference's order; four rows side by side
+      float sums[kRows] = {};
+      for (std::size_t b = 0; b < blocks; ++b)
+        for (std::size_t i = 0; i < kRows; ++i) sums[i] += terms[i * blocks + b];
+      for (std::size_t i = 0; i < count; ++i) y(r0 + i) = sums[i];
+    }
+  }
+  return y;
+}
+
+}  // namespace tvlab::opt
