@@ -40,7 +40,8 @@
 /// codes. Scales are stored as float; codes are computed from the stored float scale in double, so
 /// that the bounds above hold up to double rounding. A group whose range is \f$ \{0\} \f$ (all zeros)
 /// gets \f$ s = 0 \f$, every code z, and dequantizes to zeros; a constant group \f$ c \ne 0 \f$ has the range
-/// \f$ [\min(c, 0), \max(c, 0)] \f$ and is stored exactly (it is an end code).
+/// \f$ [\min(c, 0), \max(c, 0)] \f$ and becomes an end code, which comes back as c up to the rounding of
+/// s to float (a relative \f$ 2^{-24} \f$).
 ///
 /// Rounding: to nearest with ties to even (the default, as `torch.round` and IEEE), to nearest with
 /// ties away from zero (`std::round`, ggml's Q8_0), or stochastic (\f$ \lfloor y \rfloor + 1 \f$ with
