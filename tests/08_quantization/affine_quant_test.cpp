@@ -313,6 +313,7 @@ TEST(AffineQuant, bad_input_is_named) {
     Tensor2 y = x;
     y(1, 5) = bad;
     EXPECT_TRUE(throws_error_naming([&] { quantize_affine(y, {}); }, {"x", "non-finite", "69"}));
+    EXPECT_TRUE(throws_error_naming([&] { quantize_affine(y, {}, {ClipRange{-1.0, 1.0}}); }, {"x", "non-finite"}));
   }
   EXPECT_TRUE(throws_error_naming([&] { quantize_affine(x, {}, {}); }, {"ranges", "expected 1"}));
   EXPECT_TRUE(throws_error_naming([&] { quantize_affine(x, {}, {ClipRange{0.5, 2.0}}); }, {"range", "contain 0"}));

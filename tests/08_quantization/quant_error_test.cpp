@@ -28,8 +28,8 @@ Tensor2 lesson_matrix(bool outliers) {
 }
 
 void print_table(const char* title, const std::vector<QuantErrorRow>& rows) {
-  std::printf("\n%s\n| bits | granularity   | min-max  | p99.9    | MSE      |\n| ---- | ------------- | -------- | -------- | -------- |\n",
-              title);
+  std::printf("\n%s\n| bits | granularity   | min-max  | p99.9    | MSE      |\n", title);
+  std::printf("| ---- | ------------- | -------- | -------- | -------- |\n");
   for (std::size_t i = 0; i + 2 < rows.size(); i += 3)
     std::printf("| %4d | %-13s | %.6f | %.6f | %.6f |\n", rows[i].bits, rows[i].granularity.c_str(), rows[i].rmse,
                 rows[i + 1].rmse, rows[i + 2].rmse);
