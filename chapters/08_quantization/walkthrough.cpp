@@ -15,6 +15,7 @@
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/analysis/quant_error.hpp"
 
 namespace tvlab::cli {
 namespace {
@@ -81,6 +82,17 @@ std::string error_table() {
                         rows);
 }
 
+// Affine (uniform, symmetric) quantization of the same data: RMSE by bits, granularity and the
+// rule that chooses the clipping range (analysis::quant_error_table).
+std::string affine_table(bool outliers) {
+  const auto table = analysis::quant_error_table(table_data(outliers));
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 0; i + 2 < table.size(); i += 3)
+    rows.push_back({std::to_string(table[i].bits), table[i].granularity, sci(table[i].rmse, 3),
+                    sci(table[i + 1].rmse, 3), sci(table[i + 2].rmse, 3)});
+  return markdown_table({"bits", "granularity", "min-max", "percentile 99.9", "MSE-optimal clip"}, rows);
+}
+
 // ------------------------------------------------------------------ agreement
 
 // Every non-reference backend's bytes and dequantized values against the reference's, per format.
@@ -100,6 +112,14 @@ std::vector<Agreement> agreements() {
       out.push_back({"quantize " + type_name(type) + " (bytes that differ)", b.name, "16 x 256, N(0, 4)", differing, 0.0});
       out.push_back({"dequantize " + type_name(type), b.name, "16 x 256, N(0, 4)",
                      max_abs_difference(b.dequantize(expected), reference.dequantize(expected)), 0.0});
+      if ((type == GgmlType::q8_0 || type == GgmlType::q4_0) && b.quantized_gemv) {
+        Tensor1 v = Tensor1::from_shape({x.shape()[1]});
+        for (std::size_t j = 0; j < v.size(); ++j) v(j) = x(0, j);
+        const Tensor1 y = b.quantized_gemv(expected, v), y_ref = reference.quantized_gemv(expected, v);
+        double worst = 0.0;
+        for (std::size_t r = 0; r < y.size(); ++r) worst = std::max(worst, std::fabs(double(y(r)) - y_ref(r)));
+        out.push_back({"quantized_gemv " + type_name(type), b.name, "W 16 x 256, x = its first row", worst, 0.0});
+      }
     }
   }
   return out;
@@ -112,6 +132,10 @@ std::string markdown() {
   md << "## The block formats' error on the same data\n\n"
      << "256 x 1024 weights, N(0, 1), seed 808, and the same weights with 1% of them multiplied by 20:\n\n"
      << error_table() << '\n';
+  md << "## Affine quantization: bits, granularity, clipping\n\n"
+     << "RMSE of symmetric quantization of the same weights, N(0, 1):\n\n"
+     << affine_table(false) << "\nWith 1% of them multiplied by 20:\n\n"
+     << affine_table(true) << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
   return md.str();
 }
