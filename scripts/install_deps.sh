@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and stops.
 set -euo pipefail
 
-packages=(cmake make ninja-build g++ python3 ccache
+packages=(cmake make ninja-build g++ python3 python3-venv ccache
           libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
           libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
           doxygen graphviz libjs-mathjax)

@@ -15,6 +15,7 @@
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/ref/gguf.hpp"
 #include "tvlab/analysis/quant_error.hpp"
 
 namespace tvlab::cli {
@@ -23,6 +24,8 @@ namespace {
 struct Options : StandardOptions {
   int rows = 4, cols = 64;
   std::string type = "Q4_0";
+  std::string gguf;        ///< a GGUF file to list (and, with --dump, to dequantize)
+  std::string write_gguf;  ///< where to write the demonstration GGUF file
 };
 
 // ------------------------------------------------------------------ the documents' numbers
@@ -188,11 +191,56 @@ void step_through(const Tensor2& x, GgmlType type) {
   print_matrix(std::cout, "x - x^", Tensor2(block - back));
 }
 
+// ------------------------------------------------------------------ GGUF files
+
+// The demonstration file: random weights [rows, cols] as F32 ("w.f32") and in every block format
+// ("w.Q8_0", ...), with a few metadata pairs. Row 0 starts with blocks on rounding ties, where a
+// quantizer that rounds half to even, or fuses a multiply and an add, gives other bytes than ggml:
+// x = k + 1/2 with max|x| = 127 (Q8_0's d = 1), then x = k/2 with x_max = -8 (Q4_0's d = 1).
+int write_demo_gguf(const Options& o, const GlobalOptions& g) {
+  Rng rng(g.seed);
+  Tensor2 w = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols));
+  for (std::size_t c = 0; c < 32 && w.shape()[1] >= 64; ++c) {
+    w(0, c) = c == 0 ? 127.0f : static_cast<float>(c) - 15.5f;
+    w(0, 32 + c) = c == 0 ? -8.0f : static_cast<float>(c % 16) * 0.5f - 3.5f;
+  }
+  ref::GgufFile file;
+  file.metadata = {{"general.architecture", ref::GgufValue::of_string("tvlab-demo")},
+                   {"general.name", ref::GgufValue::of_string("tvlab quant --write-gguf")},
+                   {"tvlab.seed", ref::GgufValue::of_uint32(static_cast<std::uint32_t>(g.seed))}};
+  file.tensors.push_back(ref::gguf_tensor("w.f32", w));
+  const auto& reference = reference_backend(quant::backends());
+  for (GgmlType type : quantized_types()) file.tensors.push_back(ref::gguf_tensor("w." + type_name(type), reference.quantize(w, type)));
+  ref::write_gguf(o.write_gguf, file);
+  std::cout << "wrote " << o.write_gguf << ": " << file.tensors.size() << " tensors of " << o.rows << " x " << o.cols
+            << " (F32 and every block format), " << file.metadata.size() << " metadata pairs\n";
+  return 0;
+}
+
+// Lists a GGUF file's metadata and tensors; with --dump, writes each tensor's values as .npy.
+int list_gguf(const Options& o) {
+  const ref::GgufFile file = ref::read_gguf(o.gguf);
+  std::cout << o.gguf << ": GGUF version " << file.version << ", " << file.metadata.size() << " metadata pairs, "
+            << file.tensors.size() << " tensors, alignment " << file.alignment() << "\n";
+  for (const auto& [key, value] : file.metadata) std::cout << "  " << key << ": " << ref::describe(value) << "\n";
+  Dump dump(o.dump);
+  for (const ref::GgufTensor& t : file.tensors) {
+    std::ostringstream dims;
+    for (std::size_t d = 0; d < t.dims.size(); ++d) dims << (d ? " x " : "") << t.dims[d];
+    std::cout << "  " << t.name << ": " << type_name(t.type) << ", [" << dims.str() << "], " << t.data.size()
+              << " bytes, " << fixed(bits_per_weight(t.type), 1) << " bits per weight\n";
+    if (dump.enabled()) dump.write(t.name, ref::gguf_tensor_values(t));
+  }
+  for (const std::string& f : dump.files()) std::cout << "  wrote " << f << "\n";
+  return 0;
+}
+
 int run(const Options& o, const GlobalOptions& g) {
   if (g.format == "markdown") {
     std::cout << markdown();
     return 0;
   }
+  if (!o.gguf.empty()) return list_gguf(o);
   require_positive(TVLAB_CHAPTER_NAME, "--rows", o.rows);
   require_positive(TVLAB_CHAPTER_NAME, "--cols", o.cols);
   const GgmlType type = type_from_name(TVLAB_CHAPTER_NAME, o.type);
@@ -205,6 +253,7 @@ int run(const Options& o, const GlobalOptions& g) {
               2 * sizeof(float), "--cols")
       .work("the loop reference's codes", {rows, cols}, "--cols");
   cost.require_affordable(g, o);
+  if (!o.write_gguf.empty()) return write_demo_gguf(o, g);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols));
   const auto run_one = [&](const quant::Backend& b) -> std::optional<Run> {
@@ -246,6 +295,10 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     sub.option("--rows", o->rows, "rows of weights");
     sub.option("--cols", o->cols, "weights per row (a multiple of 32)");
     sub.option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
+    sub.option("--gguf", o->gguf, "list the metadata and tensors of the GGUF FILE (with --dump DIR: each tensor's values as .npy)",
+               ShowDefault::no);
+    sub.option("--write-gguf", o->write_gguf,
+               "write a GGUF FILE: the --rows x --cols weights as F32 and in every block format", ShowDefault::no);
   };
   c.tour = [](const GlobalOptions&) { return TourReport{agreements(), document_checks()}; };
   return c;

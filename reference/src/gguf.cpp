@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -337,6 +338,10 @@ GgufFile parse_gguf(const std::vector<std::uint8_t>& bytes, const std::string& n
 }
 
 GgufFile read_gguf(const std::string& path) {
+  // a device or a pipe could be endless (/dev/zero): only regular files are read
+  std::error_code error;
+  require(std::filesystem::is_regular_file(path, error), "read_gguf", "cannot open \"", path,
+          "\": not a regular file");
   std::ifstream in(path, std::ios::binary);
   require(static_cast<bool>(in), "read_gguf", "cannot open \"", path, "\"");
   const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

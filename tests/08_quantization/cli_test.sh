@@ -16,4 +16,23 @@ check "quant: zero rows names the option" 2 "--rows" -- "$tvlab" quant --rows 0
 check "quant --dump" 0 "" -- "$tvlab" quant --backend opt --dump "$tmp/npy"
 is_npy "$tmp"/npy/{x,bytes_opt,dequantize_opt}.npy
 
+# GGUF: a written file is listed and dumped; a damaged one is refused with the byte
+check "quant --write-gguf" 0 "" -- "$tvlab" quant --write-gguf "$tmp/demo.gguf" --rows 4 --cols 64
+check "quant --gguf --dump" 0 "" -- "$tvlab" quant --gguf "$tmp/demo.gguf" --dump "$tmp/gguf_npy"
+grep -q "w.Q4_0: Q4_0, \[64 x 4\], 144 bytes" "$tmp/out" && pass "--gguf lists the tensors" || fail "--gguf does not list w.Q4_0"
+is_npy "$tmp"/gguf_npy/{w.f32,w.Q8_0,w.Q4_0}.npy
+head -c 120 "$tmp/demo.gguf" > "$tmp/cut.gguf"
+check "quant --gguf: a file cut short names the byte" 2 "at byte" -- "$tvlab" quant --gguf "$tmp/cut.gguf"
+check "quant --gguf: a missing file" 2 "cannot open" -- "$tvlab" quant --gguf "$tmp/missing.gguf"
+
+# llama.cpp's gguf-py reads the same file: its dequantizer gives tvlab's values, its quantizer
+# tvlab's bytes (build/py_venv, made by scripts/python_env.sh, which `make test` runs)
+python="$(dirname "$0")/../../build/py_venv/bin/python"
+if [ -x "$python" ]; then
+  check "gguf-py reads tvlab's GGUF file" 0 "" -- "$python" "$(dirname "$0")/gguf_peer_check.py" "$tvlab"
+  cat "$tmp/out"
+else
+  fail "build/py_venv is missing: run scripts/python_env.sh (make test does) for the gguf-py comparison"
+fi
+
 [ "$failures" -eq 0 ]
