@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "tvlab/core/dtype.hpp"
@@ -98,7 +99,7 @@ void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, con
       if (k >= count) continue;
       const std::uint8_t* wb = row + (b + k) * w_bytes;
       lanes[k] = block_lanes(type, wb, a.codes.data() + (b + k) * kBlock);
-      d_w_bits[k] = static_cast<std::uint16_t>(wb[0] | (wb[1] << 8));
+      std::memcpy(&d_w_bits[k], wb, 2);  // little-endian fp16, as x86 stores it
     }
     __m256i sumi = totals_of_eight(lanes);
     if (type == GgmlType::q4_0)  // sum_j (q_j - 8) x_j = sum_j q_j x_j - 8 sum_j x_j
@@ -108,9 +109,7 @@ void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, con
     const __m256 d_x = _mm256_loadu_ps(a.scales.data() + b);
     const __m256 term = type == GgmlType::q8_0 ? _mm256_mul_ps(sumi_f, _mm256_mul_ps(d_w, d_x))
                                                : _mm256_mul_ps(_mm256_mul_ps(sumi_f, d_w), d_x);
-    alignas(32) float group_terms[kGroup];
-    _mm256_store_ps(group_terms, term);
-    std::copy_n(group_terms, count, terms + b);
+    _mm256_storeu_ps(terms + b, term);  // the buffer is padded: a short last group writes past `blocks`
   }
 #else
   // Without AVX2: the integer dot in plain C++. (Not used where AVX2 is: GCC 12, allowed AVX-512
@@ -141,15 +140,16 @@ Tensor1 quantized_gemv(const QuantizedMatrix& w, const Tensor1& x) {
   Tensor1 y = Tensor1::from_shape({w.rows});
 #pragma omp parallel
   {
-    std::vector<float> terms(kRows * blocks);
+    const std::size_t stride = (blocks + kGroup - 1) / kGroup * kGroup;  // each row's terms, padded
+    std::vector<float> terms(kRows * stride);
 #pragma omp for schedule(static)
     for (std::ptrdiff_t g = 0; g < static_cast<std::ptrdiff_t>(groups); ++g) {
       const std::size_t r0 = static_cast<std::size_t>(g) * kRows, count = std::min(kRows, w.rows - r0);
-      for (std::size_t i = 0; i < count; ++i) block_terms(w.type, w.row(r0 + i), blocks, a, terms.data() + i * blocks);
+      for (std::size_t i = 0; i < count; ++i) block_terms(w.type, w.row(r0 + i), blocks, a, terms.data() + i * stride);
       // y_r = ((term_0 + term_1) + term_2) + ..., the reference's order; four rows side by side
       float sums[kRows] = {};
       for (std::size_t b = 0; b < blocks; ++b)
-        for (std::size_t i = 0; i < kRows; ++i) sums[i] += terms[i * blocks + b];
+        for (std::size_t i = 0; i < kRows; ++i) sums[i] += terms[i * stride + b];
       for (std::size_t i = 0; i < count; ++i) y(r0 + i) = sums[i];
     }
   }
