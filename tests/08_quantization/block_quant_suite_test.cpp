@@ -196,11 +196,6 @@ INSTANTIATE_TEST_SUITE_P(
     });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BlockQuant);
 
-TEST(Ch08BlockQuant, a_block_type_is_required) {
-  EXPECT_TRUE(throws_error_naming([] { ref::quantize(xt::zeros<float>({std::size_t{1}, std::size_t{32}}), GgmlType::f16); },
-                                  {"quantize", "type (F16)", "not a block type"}));
-}
-
 // ------------------------------------------------------------------ known answers, by hand
 
 // Q8_0 with max|x| = 127: d = 1, stored as fp16 1.0 = 0x3C00 (bytes 00 3C, little-endian); each
@@ -278,20 +273,32 @@ INSTANTIATE_TEST_SUITE_P(Ch08, KnownBlocks,
                          ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::quantize_block_q8_0)),
                          tvlab::testing::ImplName());
 
-// The whole-matrix functions give the hand-computed bytes too.
-TEST(Ch08BlockQuant, quantize_gives_the_hand_computed_blocks) {
-  for (const Backend& backend : backends()) {
-    if (!backend.quantize) continue;
-    std::vector<float> x;
-    std::vector<std::uint8_t> expected = q8_0_by_hand(x);
-    Tensor2 row = Tensor2::from_shape({1, 32});
-    std::copy(x.begin(), x.end(), row.begin());
-    EXPECT_EQ(hex(backend.quantize(row, GgmlType::q8_0).bytes, 0, 34), hex(expected, 0, 34)) << backend.name;
-    expected = q4_0_by_hand(x);
-    std::copy(x.begin(), x.end(), row.begin());
-    EXPECT_EQ(hex(backend.quantize(row, GgmlType::q4_0).bytes, 0, 18), hex(expected, 0, 18)) << backend.name;
-  }
+// The whole-matrix functions of every backend: the block types only, and the hand-computed bytes.
+class MatrixQuant : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(MatrixQuant, a_block_type_is_required) {
+  const Backend& backend = GetParam();
+  EXPECT_TRUE(throws_error_naming(
+      [&] { backend.quantize(xt::zeros<float>({std::size_t{1}, std::size_t{32}}), GgmlType::f16); },
+      {"quantize", "type (F16)", "not a block type"}));
 }
+
+TEST_P(MatrixQuant, quantize_gives_the_hand_computed_blocks) {
+  const Backend& backend = GetParam();
+  std::vector<float> x;
+  std::vector<std::uint8_t> expected = q8_0_by_hand(x);
+  Tensor2 row = Tensor2::from_shape({1, 32});
+  std::copy(x.begin(), x.end(), row.begin());
+  EXPECT_EQ(hex(backend.quantize(row, GgmlType::q8_0).bytes, 0, 34), hex(expected, 0, 34)) << backend.name;
+  expected = q4_0_by_hand(x);
+  std::copy(x.begin(), x.end(), row.begin());
+  EXPECT_EQ(hex(backend.quantize(row, GgmlType::q4_0).bytes, 0, 18), hex(expected, 0, 18)) << backend.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch08, MatrixQuant,
+                         ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::quantize)),
+                         tvlab::testing::ImplName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MatrixQuant);
 
 }  // namespace
 }  // namespace tvlab::quant
