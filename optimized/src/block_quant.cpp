@@ -193,14 +193,16 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
   QuantizedMatrix q{type, x.shape()[0], x.shape()[1], {}};
   q.bytes.resize(q.rows * q.row_bytes());
   const auto rows = static_cast<std::ptrdiff_t>(q.rows);
-  bool all_finite = true;
+  bool all_finite = true;  // and within the format's range
+  const auto limit = static_cast<float>(ref::largest_quantizable(type));
 #pragma omp parallel for schedule(static) reduction(&& : all_finite)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const float* row_in = x.data() + static_cast<std::size_t>(r) * q.cols;
     std::uint8_t* row_out = q.row(static_cast<std::size_t>(r));
     for (std::size_t b = 0; b < q.cols / kBlock; ++b) {
       const float* in = row_in + b * kBlock;
-      if (!Block(in).finite()) {
+      const Block blk(in);
+      if (!blk.finite() || blk.max_abs() > limit) {
         all_finite = false;
         break;
       }
@@ -215,7 +217,7 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
       }
     }
   }
-  if (!all_finite) ref::validate_quantize("quantize", x, type);  // throws, naming the first value
+  if (!all_finite) ref::validate_quantize("quantize", x, type);  // throws, naming the first such value
   return q;
 }
 

@@ -163,12 +163,30 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
   fail("dequantize_block", "type (", type_name(type), ") is not a block type: use one of quantized_types()");
 }
 
+double largest_quantizable(GgmlType type) {
+  constexpr double kFp16Max = 65504.0;  // fp16's largest finite value: the largest scale a block can store
+  switch (type) {
+    case GgmlType::q8_0: return 127.0 * kFp16Max;  // d = max|x| / 127
+    case GgmlType::q4_0: return 8.0 * kFp16Max;    // d = x_max / -8
+    case GgmlType::q5_0: return 16.0 * kFp16Max;   // d = x_max / -16
+    default: return kFp16Max;  // the minimum m is stored in fp16 too (and then d = range / 15 or 31 fits)
+  }
+}
+
 void validate_quantize(const char* function, const Tensor2& x, GgmlType type, bool scan_values) {
   require(std::find(quantized_types().begin(), quantized_types().end(), type) != quantized_types().end(), function,
           "type (", type_name(type), ") is not a block type: Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
   require_nonempty(function, "x", x);
   require_block_multiple(function, "x's row length", x.shape()[1], type);
-  if (scan_values) require_finite_max_abs(function, "x", x);
+  if (!scan_values) return;
+  // beyond this magnitude the block's fp16 scale would be infinite (ggml would store inf, and the
+  // values would come back as inf or NaN)
+  if (require_finite_max_abs(function, "x", x) > largest_quantizable(type))
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (std::fabs(x.data()[i]) > largest_quantizable(type))
+        fail(function, "x has a value of magnitude ", std::fabs(x.data()[i]), " at (row ", i / x.shape()[1], ", col ",
+             i % x.shape()[1], "); ", type_name(type), " stores its scales in fp16 (at most 65504), so |x| must not exceed ",
+             largest_quantizable(type), ": scale the tensor down first");
 }
 
 QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {

@@ -179,6 +179,13 @@ TEST_P(BlockQuant, bad_input_is_named) {
   EXPECT_TRUE(throws_error_naming([&] { backend.quantize(x, type); }, {"quantize", "x", "non-finite"}));
   x(1, 5) = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(throws_error_naming([&] { backend.quantize(x, type); }, {"quantize", "x", "non-finite"}));
+  // the largest value whose fp16 scale is finite is accepted, the next float beyond is not
+  x(1, 5) = static_cast<float>(ref::largest_quantizable(type));
+  EXPECT_NO_THROW(backend.quantize(x, type));
+  const Tensor2 back = backend.dequantize(backend.quantize(x, type));
+  EXPECT_TRUE(std::isfinite(back(1, 5))) << "the largest quantizable value came back as " << back(1, 5);
+  x(1, 5) = std::nextafter(x(1, 5), INFINITY);
+  EXPECT_TRUE(throws_error_naming([&] { backend.quantize(x, type); }, {"quantize", "(row 1, col 5)", "65504"}));
   QuantizedMatrix q = ref::quantize(xt::zeros<float>({std::size_t{2}, std::size_t{32}}), type);
   q.bytes.pop_back();
   EXPECT_TRUE(throws_error_naming([&] { backend.dequantize(q); }, {"dequantize", "q.bytes", "expected"}));

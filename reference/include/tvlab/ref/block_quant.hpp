@@ -54,14 +54,20 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y);
 
 /// @ingroup ch08
 /// Every row of x [rows, cols] in blocks of 32, in one of the block types (quantized_types()).
-/// Errors: an empty x, cols not a multiple of 32, a value that is not finite, a type that is not
-/// a block type.
+/// Errors: an empty x, cols not a multiple of 32, a value that is not finite or beyond
+/// `largest_quantizable(type)`, a type that is not a block type.
 QuantizedMatrix quantize(const Tensor2& x, GgmlType type);
 
 /// @ingroup ch08
 /// The matrix [rows, cols] the blocks stand for. Errors: a QuantizedMatrix whose type, cols or
 /// byte count do not fit together (`validate_quantized`).
 Tensor2 dequantize(const QuantizedMatrix& q);
+
+/// @ingroup ch08
+/// The largest |x| a block of `type` can hold: its fp16 scale, at most 65504, times the largest code
+/// it divides by (127 for Q8_0, 8 for Q4_0, 16 for Q5_0; 65504 itself for the types that store the
+/// minimum in fp16). ggml would store an infinite scale beyond it; `quantize` refuses.
+double largest_quantizable(GgmlType type);
 
 /// The checks `quantize` starts with, public so that other implementations reject the same inputs
 /// with the same messages.
