@@ -2,7 +2,9 @@
 
 #include "tvlab/opt/block_quant.hpp"
 #include "tvlab/ref/block_quant.hpp"
+#include "tvlab/ref/fp8.hpp"
 #include "tvlab/student/block_quant.hpp"
+#include "tvlab/student/fp8.hpp"
 
 namespace tvlab::quant {
 
@@ -15,7 +17,8 @@ const std::vector<Backend>& backends() {
        .quantize = [](const Tensor2& x, GgmlType type) { return ref::quantize(x, type); },
        .dequantize = [](const QuantizedMatrix& q) { return ref::dequantize(q); },
        .quantize_block_q8_0 = ref::quantize_block_q8_0,
-       .quantize_block_q4_0 = ref::quantize_block_q4_0},
+       .quantize_block_q4_0 = ref::quantize_block_q4_0,
+       .fp8_encode_e4m3 = [](float x) { return ref::fp8_encode(x, ref::Fp8Format::e4m3, ref::Overflow::saturate); }},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .quantize = [](const Tensor2& x, GgmlType type) { return opt::quantize(x, type); },
@@ -23,7 +26,8 @@ const std::vector<Backend>& backends() {
       {.name = "student",
        .kind = BackendKind::student,
        .quantize_block_q8_0 = student::quantize_block_q8_0,
-       .quantize_block_q4_0 = student::quantize_block_q4_0},
+       .quantize_block_q4_0 = student::quantize_block_q4_0,
+       .fp8_encode_e4m3 = student::fp8_encode_e4m3},
   };
   return all;
 }
