@@ -3,13 +3,15 @@
 #include "tvlab/opt/block_quant.hpp"
 #include "tvlab/opt/quantized_gemv.hpp"
 #include "tvlab/ref/block_quant.hpp"
+#include "tvlab/ref/fp8.hpp"
 #include "tvlab/ref/quantized_gemv.hpp"
 #include "tvlab/student/block_quant.hpp"
+#include "tvlab/student/fp8.hpp"
 
 namespace tvlab::quant {
 
 // Every implementation, in the order the lesson reads them: the reference, the optimized CPU
-// version, the student's (the two exercised block functions).
+// version, the student's (the exercised block functions and the FP8 encoder).
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
       {.name = "ref",
@@ -18,7 +20,8 @@ const std::vector<Backend>& backends() {
        .dequantize = [](const QuantizedMatrix& q) { return ref::dequantize(q); },
        .quantized_gemv = ref::quantized_gemv,
        .quantize_block_q8_0 = ref::quantize_block_q8_0,
-       .quantize_block_q4_0 = ref::quantize_block_q4_0},
+       .quantize_block_q4_0 = ref::quantize_block_q4_0,
+       .fp8_encode_e4m3 = [](float x) { return ref::fp8_encode(x, ref::Fp8Format::e4m3, ref::Overflow::saturate); }},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .quantize = [](const Tensor2& x, GgmlType type) { return opt::quantize(x, type); },
@@ -27,7 +30,8 @@ const std::vector<Backend>& backends() {
       {.name = "student",
        .kind = BackendKind::student,
        .quantize_block_q8_0 = student::quantize_block_q8_0,
-       .quantize_block_q4_0 = student::quantize_block_q4_0},
+       .quantize_block_q4_0 = student::quantize_block_q4_0,
+       .fp8_encode_e4m3 = student::fp8_encode_e4m3},
   };
   return all;
 }

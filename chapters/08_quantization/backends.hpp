@@ -34,6 +34,9 @@ struct Backend {
   GemvFn quantized_gemv;          ///< the quantized matrix-vector product (empty: not provided)
   BlockFn quantize_block_q8_0;    ///< one Q8_0 block (exercise 08.1; empty: not provided)
   BlockFn quantize_block_q4_0;    ///< one Q4_0 block (exercise 08.2; empty: not provided)
+  /// A float's FP8 E4M3 code, saturating (`ref::fp8_encode(x, e4m3, saturate)`'s contract; exercise
+  /// 08.3; empty: not provided).
+  std::function<std::uint8_t(float)> fp8_encode_e4m3;
 };
 
 /// ref, opt, student.

@@ -8,6 +8,7 @@
 
 #include "tvlab/core/dtype.hpp"
 #include "tvlab/student/block_quant.hpp"
+#include "tvlab/student/fp8.hpp"
 
 namespace tvlab::student {
 
@@ -42,6 +43,27 @@ void quantize_block_q4_0(const float* x, std::uint8_t* block) {
     const int hi = std::min(15, static_cast<int>(static_cast<std::int8_t>(scaled_hi + 8.5f)));
     block[2 + j] = static_cast<std::uint8_t>(lo | (hi << 4));
   }
+  // END EXERCISE
+}
+
+std::uint8_t fp8_encode_e4m3(float x) {
+  // BEGIN EXERCISE 08.3 "the FP8 E4M3 encoder with round-to-nearest-even and saturation" "FP8: E4M3 and E5M2"
+  const auto sign = static_cast<std::uint8_t>(std::signbit(x) ? 0x80 : 0x00);
+  if (std::isnan(x)) return static_cast<std::uint8_t>(sign | 0x7F);  // S.1111.111, E4M3's only NaN
+  if (std::isinf(x)) return static_cast<std::uint8_t>(sign | 0x7E);  // saturate: +-448 = S.1111.110
+  const double a = std::fabs(static_cast<double>(x));
+  if (a == 0.0) return sign;
+  // the binade 2^e of a, but not below the smallest normal 2^-6 (the subnormals share its spacing)
+  int e = 0;
+  std::frexp(a, &e);  // a = f 2^e with f in [0.5, 1): floor(log2 a) = e - 1
+  e = std::max(e - 1, -6);
+  // a in steps of 2^(e - 3), rounded half to even (nearbyint, the default rounding mode); the
+  // division by a power of two is exact
+  const auto q = static_cast<unsigned>(std::nearbyint(std::ldexp(a, 3 - e)));
+  // code = ((e + 6) << 3) + q: q = 8 + m puts the exponent field e + 7 above m; a subnormal is q itself
+  // (e = -6); q = 16 (a carry) moves to the next binade
+  const unsigned code = (static_cast<unsigned>(e + 6) << 3) + q;
+  return static_cast<std::uint8_t>(sign | std::min(code, 0x7Eu));  // beyond 448 (and 480, the NaN code): 448
   // END EXERCISE
 }
 
