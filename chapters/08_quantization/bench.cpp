@@ -108,11 +108,11 @@ void register_benchmarks() {
                });
   add_stream_scale({16 << 20});
   for (GgmlType type : quantized_types()) {
-    const std::string suffix = "/" + type_name(type);
-    add_backends(quant::backends(), &quant::Backend::quantize, "quantize" + suffix,
+    const std::string name = type_name(type);
+    add_backends(quant::backends(), &quant::Backend::quantize, "quantize/" + name,
                  [type](benchmark::State& state, const quant::Backend& b) { quantize(state, b, type); },
                  [](benchmark::internal::Benchmark*, const quant::Backend&) {});
-    add_backends(quant::backends(), &quant::Backend::dequantize, "dequantize" + suffix,
+    add_backends(quant::backends(), &quant::Backend::dequantize, "dequantize/" + name,
                  [type](benchmark::State& state, const quant::Backend& b) { dequantize(state, b, type); },
                  [](benchmark::internal::Benchmark*, const quant::Backend&) {});
   }

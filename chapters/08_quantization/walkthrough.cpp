@@ -16,6 +16,7 @@
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gguf.hpp"
+#include "tvlab/ref/microscaling.hpp"
 #include "tvlab/analysis/quant_error.hpp"
 
 namespace tvlab::cli {
@@ -96,6 +97,20 @@ std::string affine_table(bool outliers) {
   return markdown_table({"bits", "granularity", "min-max", "percentile 99.9", "MSE-optimal clip"}, rows);
 }
 
+// The OCP microscaling formats (a power-of-two scale per 32 elements, FP8 or FP4 elements) next to
+// the integer block formats of the same size, on the same data.
+std::string microscaling_table() {
+  const Tensor2 gaussian = table_data(false), with_outliers = table_data(true);
+  std::vector<std::vector<std::string>> rows;
+  for (ref::MxBlockFormat f : {ref::MxBlockFormat::mxfp8_e4m3, ref::MxBlockFormat::mxfp8_e5m2, ref::MxBlockFormat::mxfp4})
+    rows.push_back({ref::mx_name(f), fixed(ref::mx_bits_per_element(f), 2), sci(ref::mx_round_trip_rmse(gaussian, f), 3),
+                    sci(ref::mx_round_trip_rmse(with_outliers, f), 3)});
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0})
+    rows.push_back({type_name(type), fixed(bits_per_weight(type), 2), sci(format_error(gaussian, type).rmse, 3),
+                    sci(format_error(with_outliers, type).rmse, 3)});
+  return markdown_table({"format", "bits per element", "RMSE, N(0, 1)", "RMSE, 1% outliers x 20"}, rows);
+}
+
 // ------------------------------------------------------------------ agreement
 
 // Every non-reference backend's bytes and dequantized values against the reference's, per format.
@@ -135,6 +150,9 @@ std::string markdown() {
   md << "## The block formats' error on the same data\n\n"
      << "256 x 1024 weights, N(0, 1), seed 808, and the same weights with 1% of them multiplied by 20:\n\n"
      << error_table() << '\n';
+  md << "## Microscaling (MX) and the integer blocks\n\n"
+     << "The same weights in OCP MX v1.0 formats (an E8M0 power-of-two scale per 32 elements):\n\n"
+     << microscaling_table() << '\n';
   md << "## Affine quantization: bits, granularity, clipping\n\n"
      << "RMSE of symmetric quantization of the same weights, N(0, 1):\n\n"
      << affine_table(false) << "\nWith 1% of them multiplied by 20:\n\n"
