@@ -17,6 +17,7 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gguf.hpp"
 #include "tvlab/ref/microscaling.hpp"
+#include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/quant_error.hpp"
 
 namespace tvlab::cli {
@@ -36,8 +37,14 @@ double gigabytes(double parameters, double bits) { return parameters * bits / 8.
 // The documents' model sizes from the parameter counts they name, at 16 and 4 bits per weight.
 std::vector<DocumentCheck> document_checks() {
   const double fp16 = gigabytes(70e9, 16.0), int4 = gigabytes(70e9, 4.0), v3 = gigabytes(671e9, 4.0);
+  // ALBERT's cross-layer sharing alone, on BERT-base's shape: the layers counted once
+  const analysis::EncoderShape bert;
+  const double shared_fewer = 1.0 - static_cast<double>(analysis::encoder_parameters(bert, true)) /
+                                        static_cast<double>(analysis::encoder_parameters(bert, false));
   return {
       check_number("000 L241", "LLaMA-2 70B weights in FP16, GB", "about 140 GB", 140.0, 10.0, fp16, fixed(fp16, 1)),
+      check_number("000 L275", "ALBERT's cross-layer sharing, fewer parameters than BERT-base, %", "about 70%", 70.0,
+                   10.0, 100.0 * shared_fewer, fixed(100.0 * shared_fewer, 1)),
       check_number("000 L243", "LLaMA-2 70B weights at 4 bits, GB", "about 35 GB", 35.0, 1.0, int4, fixed(int4, 1)),
       check_number("000 L243", "compression FP16 -> INT4", "4x", 4.0, 1.0, fp16 / int4, fixed(fp16 / int4, 2)),
       check_number("004 L179", "DeepSeek-V3 (671B) at 4 bits, GB", "about 335 GB", 335.0, 1.0, v3, fixed(v3, 1)),
@@ -111,6 +118,43 @@ std::string microscaling_table() {
   return markdown_table({"format", "bits per element", "RMSE, N(0, 1)", "RMSE, 1% outliers x 20"}, rows);
 }
 
+// Low-rank factorisation of a random and of a structured matrix (rank 16 plus 1% noise), 128 x 128.
+std::string low_rank_markdown() {
+  Rng rng(838);
+  DTensor2 random = DTensor2::from_shape({128, 128}), a = DTensor2::from_shape({128, 16}),
+           b = DTensor2::from_shape({16, 128});
+  for (auto& x : random) x = rng.normal();
+  for (auto& x : a) x = rng.normal();
+  for (auto& x : b) x = rng.normal();
+  DTensor2 structured = DTensor2::from_shape({128, 128});
+  for (std::size_t i = 0; i < 128; ++i)
+    for (std::size_t j = 0; j < 128; ++j) {
+      double s = 0.0;
+      for (std::size_t k = 0; k < 16; ++k) s += a(i, k) * b(k, j);
+      structured(i, j) = s + 0.04 * rng.normal();  // noise of 1% of an entry's spread (sqrt(16) = 4)
+    }
+  const std::vector<std::size_t> ranks = {4, 8, 16, 32, 64};
+  const auto r = analysis::low_rank_table(random, ranks), s = analysis::low_rank_table(structured, ranks);
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    rows.push_back({std::to_string(ranks[i]), fixed(r[i].compression, 1) + "x", fixed(r[i].relative_error, 3),
+                    fixed(s[i].relative_error, 4)});
+  const analysis::EncoderShape bert;
+  analysis::EncoderShape albert;
+  albert.vocab_size = 30000;
+  albert.embedding_size = 128;
+  std::ostringstream md;
+  md << "W [128, 128] as L [128, r] R [r, 128] by the truncated SVD; relative Frobenius error of L R:\n\n"
+     << markdown_table({"rank r", "compression mn / r(m + n)", "N(0, 1) matrix", "rank 16 + 1% noise"}, rows)
+     << "\nParameters of BERT-base, its layers shared, and ALBERT-base (encoder and pooler):\n\n"
+     << markdown_table({"model", "parameters"},
+                       {{"BERT-base", std::to_string(analysis::encoder_parameters(bert, false))},
+                        {"BERT-base, one layer shared by all 12", std::to_string(analysis::encoder_parameters(bert, true))},
+                        {"ALBERT-base (shared layers, embedding 128 wide)",
+                         std::to_string(analysis::encoder_parameters(albert, true))}});
+  return md.str();
+}
+
 // ------------------------------------------------------------------ agreement
 
 // Every non-reference backend's bytes and dequantized values against the reference's, per format.
@@ -157,6 +201,7 @@ std::string markdown() {
      << "RMSE of symmetric quantization of the same weights, N(0, 1):\n\n"
      << affine_table(false) << "\nWith 1% of them multiplied by 20:\n\n"
      << affine_table(true) << '\n';
+  md << "## Low rank and shared layers\n\n" << low_rank_markdown() << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
   return md.str();
 }

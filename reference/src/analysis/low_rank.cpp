@@ -9,14 +9,15 @@
 
 namespace tvlab::analysis {
 
-std::vector<double> singular_values(const DTensor2& a) {
-  const char* fn = "singular_values";
+Svd svd(const DTensor2& a) {
+  const char* fn = "svd";
   require(a.dimension() == 2 && a.size() > 0, fn, "a must be a non-empty matrix");
   const std::size_t rows = a.shape()[0], cols = a.shape()[1];
   require(rows >= cols, fn, "a has ", rows, " rows and ", cols, " columns: give it with rows >= columns (transpose it)");
-  DTensor2 u = a;
+  DTensor2 u = a, v = xt::eye<double>(cols);
   // Sweep over all pairs of columns (p, q): the rotation that makes u_p . u_q = 0 (Hestenes 1958),
-  // until every pair is orthogonal to 1e-15 of the product of their norms.
+  // applied to the same columns of V, until every pair is orthogonal to 1e-15 of the product of
+  // their norms. Then A V = U, a matrix of orthogonal columns: A = (U / sigma) diag(sigma) V^T.
   for (int sweep = 0; sweep < 60; ++sweep) {
     double off = 0.0;
     for (std::size_t p = 0; p + 1 < cols; ++p)
@@ -33,22 +34,40 @@ std::vector<double> singular_values(const DTensor2& a) {
         const double zeta = (beta - alpha) / (2.0 * gamma);
         const double t = std::copysign(1.0, zeta) / (std::fabs(zeta) + std::sqrt(1.0 + zeta * zeta));
         const double c = 1.0 / std::sqrt(1.0 + t * t), s = c * t;
-        for (std::size_t i = 0; i < rows; ++i) {
-          const double up = u(i, p), uq = u(i, q);
-          u(i, p) = c * up - s * uq;
-          u(i, q) = s * up + c * uq;
-        }
+        for (DTensor2* m : {&u, &v})
+          for (std::size_t i = 0; i < m->shape()[0]; ++i) {
+            const double mp = (*m)(i, p), mq = (*m)(i, q);
+            (*m)(i, p) = c * mp - s * mq;
+            (*m)(i, q) = s * mp + c * mq;
+          }
       }
     if (off <= 1e-15) break;
   }
-  std::vector<double> sigma(cols);
+  // sigma_j = |u_j|, columns in decreasing order of sigma, u_j normalised (left as 0 when sigma_j = 0)
+  std::vector<double> norms(cols);
   for (std::size_t j = 0; j < cols; ++j) {
     double norm = 0.0;
     for (std::size_t i = 0; i < rows; ++i) norm += u(i, j) * u(i, j);
-    sigma[j] = std::sqrt(norm);
+    norms[j] = std::sqrt(norm);
   }
-  std::sort(sigma.begin(), sigma.end(), std::greater<>());
-  return sigma;
+  std::vector<std::size_t> order(cols);
+  for (std::size_t j = 0; j < cols; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return norms[x] > norms[y]; });
+  Svd out{DTensor2::from_shape({rows, cols}), std::vector<double>(cols), DTensor2::from_shape({cols, cols})};
+  for (std::size_t k = 0; k < cols; ++k) {
+    const std::size_t j = order[k];
+    out.sigma[k] = norms[j];
+    for (std::size_t i = 0; i < rows; ++i) out.u(i, k) = norms[j] > 0.0 ? u(i, j) / norms[j] : 0.0;
+    for (std::size_t i = 0; i < cols; ++i) out.v(i, k) = v(i, j);
+  }
+  return out;
+}
+
+std::vector<double> singular_values(const DTensor2& a) {
+  require(a.dimension() == 2 && a.size() > 0, "singular_values", "a must be a non-empty matrix");
+  require(a.shape()[0] >= a.shape()[1], "singular_values", "a has ", a.shape()[0], " rows and ", a.shape()[1],
+          " columns: give it with rows >= columns (transpose it)");
+  return svd(a).sigma;
 }
 
 std::size_t numerical_rank(const std::vector<double>& sigma, double relative_tolerance) {

@@ -17,6 +17,22 @@
 namespace tvlab::analysis {
 
 /// @ingroup ch06
+/// A thin singular value decomposition \f$ A = U\,\mathrm{diag}(\sigma)\,V^\top \f$ of a `[r, c]`, r >= c:
+/// u `[r, c]` with orthonormal columns (a column is 0 where its \f$ \sigma \f$ is), sigma decreasing,
+/// v `[c, c]` orthogonal.
+struct Svd {
+  DTensor2 u;
+  std::vector<double> sigma;
+  DTensor2 v;
+};
+
+/// @ingroup ch06
+/// The decomposition by one-sided Jacobi rotations in double (Hestenes' method): rotate pairs of
+/// columns of A, and the same columns of V (from the identity), until every pair of columns of A is
+/// orthogonal; their norms are then the singular values. Accurate to about 1e-14 relative to the largest.
+Svd svd(const DTensor2& a);
+
+/// @ingroup ch06
 /// The singular values of a (square or tall) matrix a `[r, c]`, r >= c, in decreasing order, by
 /// one-sided Jacobi rotations in double (Hestenes' method): rotate pairs of columns until every
 /// pair is orthogonal; the column norms are then the singular values. Accurate to about 1e-14
