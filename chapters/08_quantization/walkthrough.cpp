@@ -18,6 +18,7 @@
 #include "tvlab/ref/gguf.hpp"
 #include "tvlab/ref/microscaling.hpp"
 #include "tvlab/analysis/compression.hpp"
+#include "tvlab/analysis/model_size.hpp"
 #include "tvlab/analysis/quant_error.hpp"
 
 namespace tvlab::cli {
@@ -41,8 +42,19 @@ std::vector<DocumentCheck> document_checks() {
   const analysis::EncoderShape bert;
   const double shared_fewer = 1.0 - static_cast<double>(analysis::encoder_parameters(bert, true)) /
                                         static_cast<double>(analysis::encoder_parameters(bert, false));
+  // the same from LLaMA-2 70B's config, and the documents' mixed-precision recipe (QKV and O in
+  // INT8, the FFN in INT4, the rest FP16)
+  const analysis::DecoderParameters llama = analysis::decoder_parameters(analysis::decoder_shape("llama-2-70b"));
+  const double config_fp16 = analysis::model_bytes(llama, {}) / 1e9;
+  analysis::BitAllocation mixed;
+  mixed.qkv = 8, mixed.output = 8, mixed.ffn = 4;
+  const double mixed_ratio = config_fp16 * 1e9 / analysis::model_bytes(llama, mixed);
   return {
       check_number("000 L241", "LLaMA-2 70B weights in FP16, GB", "about 140 GB", 140.0, 10.0, fp16, fixed(fp16, 1)),
+      check_number("000 L241", "the same from its config (68.98 billion weights), GB", "about 140 GB", 140.0, 10.0,
+                   config_fp16, fixed(config_fp16, 2)),
+      check_number("000 L257", "mixed precision (QKV, O INT8; FFN INT4) on LLaMA-2 70B, compression", "about 4x", 4.0,
+                   1.0, mixed_ratio, fixed(mixed_ratio, 2)),
       check_number("000 L275", "ALBERT's cross-layer sharing, fewer parameters than BERT-base, %", "about 70%", 70.0,
                    10.0, 100.0 * shared_fewer, fixed(100.0 * shared_fewer, 1)),
       check_number("000 L243", "LLaMA-2 70B weights at 4 bits, GB", "about 35 GB", 35.0, 1.0, int4, fixed(int4, 1)),
@@ -118,6 +130,28 @@ std::string microscaling_table() {
   return markdown_table({"format", "bits per element", "RMSE, N(0, 1)", "RMSE, 1% outliers x 20"}, rows);
 }
 
+// Model sizes from their configs at the precisions of this chapter (bits per weight of the weight
+// matrices; the embedding, the output layer and the norms stay FP16).
+std::string model_size_markdown() {
+  std::vector<std::vector<std::string>> rows;
+  for (const analysis::DecoderShape& shape : analysis::decoder_shapes()) {
+    const analysis::DecoderParameters p = analysis::decoder_parameters(shape);
+    auto gigabytes_at = [&](double matrix_bits) {
+      analysis::BitAllocation b;
+      b.qkv = b.output = b.ffn = matrix_bits;
+      return fixed(analysis::model_bytes(p, b) / 1e9, 1);
+    };
+    analysis::BitAllocation mixed;
+    mixed.qkv = 8, mixed.output = 8, mixed.ffn = 4;
+    rows.push_back({shape.name, fixed(static_cast<double>(p.total()) / 1e9, 2), gigabytes_at(16),
+                    gigabytes_at(bits_per_weight(GgmlType::q8_0)), gigabytes_at(bits_per_weight(GgmlType::q4_0)),
+                    fixed(analysis::model_bytes(p, mixed) / 1e9, 1)});
+  }
+  return markdown_table({"model", "parameters (billions)", "FP16, GB", "Q8_0, GB", "Q4_0, GB",
+                         "attention INT8 + FFN INT4, GB"},
+                        rows);
+}
+
 // Low-rank factorisation of a random and of a structured matrix (rank 16 plus 1% noise), 128 x 128.
 std::string low_rank_markdown() {
   Rng rng(838);
@@ -191,6 +225,10 @@ std::string markdown() {
   std::ostringstream md;
   md << results_header(TVLAB_CHAPTER_NAME, "Quantization and compression");
   md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## Model sizes\n\n"
+     << "From each model's config (weight matrices at the precision named, embedding, output layer and "
+        "norms in FP16):\n\n"
+     << model_size_markdown() << '\n';
   md << "## The block formats' error on the same data\n\n"
      << "256 x 1024 weights, N(0, 1), seed 808, and the same weights with 1% of them multiplied by 20:\n\n"
      << error_table() << '\n';
