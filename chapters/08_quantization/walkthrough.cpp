@@ -16,6 +16,7 @@
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gguf.hpp"
+#include "tvlab/ref/pruning.hpp"
 #include "tvlab/ref/microscaling.hpp"
 #include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/model_size.hpp"
@@ -189,6 +190,38 @@ std::string low_rank_markdown() {
   return md.str();
 }
 
+// Pruning at 50%: unstructured against 2:4 on the same Gaussian weights, measured on the output
+// W x of random inputs; and what removing 24 of LLaMA-2 70B's 64 query heads (000 L287) removes.
+std::string pruning_markdown() {
+  Rng rng(845);
+  const Tensor2 w = rng.normal_matrix(256, 256), xs = rng.normal_matrix(256, 64);  // 64 inputs, as columns
+  auto output_error = [&](const Tensor2& pruned) {
+    double err = 0.0, ref = 0.0;
+    for (std::size_t i = 0; i < 256; ++i)
+      for (std::size_t t = 0; t < 64; ++t) {
+        double full = 0.0, cut = 0.0;
+        for (std::size_t j = 0; j < 256; ++j) full += double(w(i, j)) * xs(j, t), cut += double(pruned(i, j)) * xs(j, t);
+        err += (full - cut) * (full - cut);
+        ref += full * full;
+      }
+    return std::sqrt(err / ref);
+  };
+  std::vector<std::vector<std::string>> rows = {
+      {"magnitude, 50% anywhere", fixed(output_error(ref::magnitude_prune(w, 0.5)), 3)},
+      {"2:4, the 2 largest of every 4", fixed(output_error(ref::densify(ref::prune_2_4(w))), 3)},
+      {"magnitude, 25%", fixed(output_error(ref::magnitude_prune(w, 0.25)), 3)}};
+  const analysis::DecoderShape llama = analysis::decoder_shape("llama-2-70b");
+  const double per_head = 2.0 * static_cast<double>(llama.hidden_size * llama.head_dim * llama.num_hidden_layers);
+  const double removed = 24.0 * per_head, total = static_cast<double>(analysis::decoder_parameters(llama).total());
+  std::ostringstream md;
+  md << "W [256, 256] ~ N(0, 1) pruned; relative error of W x over 64 random x:\n\n"
+     << markdown_table({"pruning", "relative output error"}, rows)
+     << "\nLLaMA-2 70B from 64 to 40 query heads per layer (000 L287): " << fixed(100.0 * 24.0 / 64.0, 1)
+     << "% of the heads; their columns of Q and rows of O are " << fixed(removed / 1e9, 2) << " billion weights, "
+     << fixed(100.0 * removed / total, 1) << "% of the model (its K and V, shared by groups of 8 heads, stay).\n";
+  return md.str();
+}
+
 // ------------------------------------------------------------------ agreement
 
 // Every non-reference backend's bytes and dequantized values against the reference's, per format.
@@ -240,6 +273,7 @@ std::string markdown() {
      << affine_table(false) << "\nWith 1% of them multiplied by 20:\n\n"
      << affine_table(true) << '\n';
   md << "## Low rank and shared layers\n\n" << low_rank_markdown() << '\n';
+  md << "## Pruning\n\n" << pruning_markdown() << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements());
   return md.str();
 }
