@@ -81,6 +81,50 @@ TEST(Ch08KQuant, llama_cpp_test_data_stays_within_its_thresholds) {
   }
 }
 
+// Golden bytes: a million weights from an integer generator (exact in float on every machine:
+// sums of 24-bit uniforms, 1% of them x 20, every fifth super-block rounded to quarters so that
+// many codes fall on ties, every seventh scaled by 1e-3), quantized by ggml's quantize_row_q4_K_ref
+// and quantize_row_q6_K_ref (transcribed from ggml-quants.c, compiled with gcc -O2
+// -ffp-contract=off). The FNV-1a hashes of their bytes are below; one float operation taken in
+// another order inside the scale search (say w (l x) for (w l) x) changes them.
+std::vector<float> golden_data(std::size_t n) {
+  std::vector<float> x(n);
+  std::uint32_t state = 2024;
+  auto uniform = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) * 0x1p-24f;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    float v = uniform() + uniform() + uniform() + uniform() - 2.0f;
+    if (uniform() < 0.01f) v *= 20.0f;
+    if ((i / 256) % 5 == 3) v = static_cast<float>(static_cast<int>(v * 8.0f)) * 0.25f;
+    x[i] = v * ((i / 256) % 7 == 2 ? 1e-3f : 1.0f);
+  }
+  return x;
+}
+
+std::uint64_t fnv1a(const std::vector<std::uint8_t>& bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+TEST(Ch08KQuant, bytes_are_ggmls_on_a_million_weights) {
+  const std::size_t n = 256 * 4096;
+  const std::vector<float> data = golden_data(n);
+  Tensor2 x = Tensor2::from_shape({1024, n / 1024});
+  std::copy(data.begin(), data.end(), x.begin());
+  const std::map<GgmlType, std::uint64_t> ggml = {{GgmlType::q4_K, 0x2bc5b02ec8baa72eull},
+                                                  {GgmlType::q6_K, 0x9f22841ca728440dull}};
+  for (const Backend& backend : backends()) {
+    if (!backend.quantize) continue;
+    for (const auto& [type, hash] : ggml)
+      EXPECT_EQ(fnv1a(backend.quantize(x, type).bytes), hash)
+          << backend.name << ", " << type_name(type) << ": not ggml's bytes; the usual cause is a float operation "
+          << "in another order than ggml's, or a fused multiply-add";
+  }
+}
+
 // The lesson's data (walkthrough's table_data): 256 x 1024 weights N(0, 1), seed 808, and the same
 // with 1% multiplied by 20. Measured RMSE (ref; this test prints them, with the largest errors):
 //   format (bits):  Q8_0 (8.5)  Q6_K (6.56)  Q5_1 (6)  Q5_0 (5.5)  Q4_K (4.5)  Q4_1 (5)  Q4_0 (4.5)
