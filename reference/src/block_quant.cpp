@@ -351,7 +351,7 @@ void quantize_block_q6_k(const float* x, std::uint8_t* block) {
   }
   std::uint8_t* ql = block;
   std::uint8_t* qh = block + 128;
-  auto* sub_scales = block + 192;
+  std::uint8_t* sub_scales = block + 192;
   std::uint8_t* d_bytes = block + 208;
   if (max_abs_scale < 1e-15f) {  // all zero: every byte 0 (d = +0)
     std::fill(block, block + 210, std::uint8_t{0});
@@ -429,13 +429,20 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
     }
     case GgmlType::q6_K: {  // x^ = d s_j (q - 32), q = low 4 bits | high 2 bits << 4
       const float d6 = load_fp16(block + 208);
-      for (std::size_t i = 0; i < kSuper; ++i) {
-        const std::size_t h = i / 128, e = i % 128, l = e % 32, group = e / 32;  // group 0..3 within the half
-        const std::uint8_t low_byte = block[64 * h + 32 * (group % 2) + l];
-        const int low = group < 2 ? low_byte & 0x0F : low_byte >> 4;
-        const int high = (block[128 + 32 * h + l] >> (2 * group)) & 3;
-        const auto sc = static_cast<std::int8_t>(block[192 + i / 16]);
-        y[i] = d6 * static_cast<float>(sc) * static_cast<float>((low | high << 4) - 32);
+      const auto* sc = reinterpret_cast<const std::int8_t*>(block + 192);
+      // half h, byte l < 32: the four elements e = l + 32 k (k = 0..3) of the layout's groups
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::uint8_t* ql = block + 64 * h;
+        const std::uint8_t* qh = block + 128 + 32 * h;
+        float* out = y + 128 * h;
+        for (std::size_t l = 0; l < 32; ++l)
+          for (std::size_t k = 0; k < 4; ++k) {
+            const std::uint8_t low_byte = ql[l + 32 * (k % 2)];
+            const int low = k < 2 ? low_byte & 0x0F : low_byte >> 4;
+            const int high = (qh[l] >> (2 * k)) & 3;
+            const std::size_t e = l + 32 * k;
+            out[e] = d6 * static_cast<float>(sc[8 * h + e / 16]) * static_cast<float>((low | high << 4) - 32);
+          }
       }
       return;
     }
