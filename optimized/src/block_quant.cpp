@@ -193,16 +193,21 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
   QuantizedMatrix q{type, x.shape()[0], x.shape()[1], {}};
   q.bytes.resize(q.rows * q.row_bytes());
   const auto rows = static_cast<std::ptrdiff_t>(q.rows);
+  const std::size_t n = block_size(type);
   bool all_finite = true;  // and within the format's range
   const auto limit = static_cast<float>(ref::largest_quantizable(type));
 #pragma omp parallel for schedule(static) reduction(&& : all_finite)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const float* row_in = x.data() + static_cast<std::size_t>(r) * q.cols;
     std::uint8_t* row_out = q.row(static_cast<std::size_t>(r));
-    for (std::size_t b = 0; b < q.cols / kBlock; ++b) {
-      const float* in = row_in + b * kBlock;
-      const Block blk(in);
-      if (!blk.finite() || blk.max_abs() > limit) {
+    for (std::size_t b = 0; b < q.cols / n; ++b) {
+      const float* in = row_in + b * n;
+      bool usable = true;  // finite and within the range, 32 floats at a time
+      for (std::size_t k = 0; k < n; k += kBlock) {
+        const Block blk(in + k);
+        usable = usable && blk.finite() && blk.max_abs() <= limit;
+      }
+      if (!usable) {
         all_finite = false;
         break;
       }
@@ -213,6 +218,9 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
         case GgmlType::q5_0: quantize_symmetric(in, 5, out); break;
         case GgmlType::q4_1: quantize_asymmetric(in, 4, out); break;
         case GgmlType::q5_1: quantize_asymmetric(in, 5, out); break;
+        // the K-quants: the reference's block code (its searches over scales are serial per sub-block)
+        case GgmlType::q4_K: ref::quantize_block_q4_k(in, out); break;
+        case GgmlType::q6_K: ref::quantize_block_q6_k(in, out); break;
         default: break;
       }
     }
@@ -227,11 +235,16 @@ Tensor2 dequantize(const QuantizedMatrix& q) {
           ") is not a block type");
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
   const auto rows = static_cast<std::ptrdiff_t>(q.rows);
+  const std::size_t n = block_size(q.type);
+  const bool k_quant = q.type == GgmlType::q4_K || q.type == GgmlType::q6_K;
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t r = 0; r < rows; ++r)
-    for (std::size_t b = 0; b < q.cols / kBlock; ++b)
-      dequantize_block(q.type, q.row(static_cast<std::size_t>(r)) + b * block_bytes(q.type),
-                       y.data() + static_cast<std::size_t>(r) * q.cols + b * kBlock);
+    for (std::size_t b = 0; b < q.cols / n; ++b) {
+      const std::uint8_t* in = q.row(static_cast<std::size_t>(r)) + b * block_bytes(q.type);
+      float* out = y.data() + static_cast<std::size_t>(r) * q.cols + b * n;
+      if (k_quant) ref::dequantize_block(q.type, in, out);  // the K-quants: the reference's block code
+      else dequantize_block(q.type, in, out);
+    }
   return y;
 }
 

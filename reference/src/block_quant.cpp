@@ -88,6 +88,150 @@ int code(const std::uint8_t* nibbles, const std::uint32_t* qh, std::size_t j) {
   return qh ? low | static_cast<int>(((*qh >> j) & 1) << 4) : low;
 }
 
+// ------------------------------------------------------------------ the K-quants
+
+constexpr std::size_t kSuper = 256;  // QK_K: the super-block of Q4_K and Q6_K
+
+// Round to the nearest integer, halves to the even one (ggml's nearest_int, which gets it by
+// adding 1.5 * 2^23 in float, where the spacing of floats is 1). ggml asserts |v| <= 4194303;
+// beyond that (and for NaN, reached only from values near FLT_MAX) this saturates, to stay defined.
+int round_half_even(float v) {
+  constexpr float kLimit = 4194303.0f;
+  if (!(std::fabs(v) <= kLimit)) return v > 0.0f ? 4194303 : v < 0.0f ? -4194303 : 0;
+  return static_cast<int>(std::nearbyint(v));  // the default rounding mode: to nearest, ties to even
+}
+
+int clamp(int v, int lo, int hi) { return std::max(lo, std::min(hi, v)); }
+
+// The affine fit of a sub-block (ggml's make_qkx2_quants): codes L_i in [0, nmax] and a scale s
+// and minimum b (b <= 0) with x_i ~ s L_i + b, chosen to make the weighted error
+// E = sum_i w_i (s L_i + b - x_i)^2 small. Start from the min-max grid; then, for each of
+// nstep + 1 trial grids iscale = (nmax + rmin + rdelta * is) / (max - min), round the codes on it and
+// solve the 2 x 2 least-squares problem for (s, b) given those codes:
+//   D = W S_ll - S_l^2,  s = (W S_xl - S_x S_l) / D,  b = (S_ll S_x - S_l S_xl) / D
+// (W = sum w, S_l = sum w L, S_ll = sum w L^2, S_x = sum w x, S_xl = sum w L x); keep the trial
+// with the smallest E. A positive b is replaced by 0 with s = S_xl / S_ll (the minimum is never
+// above 0). Returns s; `neg_min` gets -b. Float throughout, in ggml's order of operations.
+float fit_scale_and_min(const float* x, const float* w, std::size_t n, int nmax, float rmin, float rdelta, int nstep,
+                        std::uint8_t* L, float& neg_min) {
+  float min = x[0], max = x[0];
+  float sum_w = w[0];
+  float sum_x = sum_w * x[0];
+  for (std::size_t i = 1; i < n; ++i) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (min > 0.0f) min = 0.0f;  // the grid always reaches 0
+  if (max == min) {            // all zero (or all one negative value): one code
+    for (std::size_t i = 0; i < n; ++i) L[i] = 0;
+    neg_min = -min;
+    return 0.0f;
+  }
+  // the min-max grid: step (max - min) / nmax, codes rounded onto it
+  float iscale = static_cast<float>(nmax) / (max - min);
+  float scale = 1.0f / iscale;
+  float best_error = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    L[i] = static_cast<std::uint8_t>(clamp(round_half_even(iscale * (x[i] - min)), 0, nmax));
+    const float diff = scale * static_cast<float>(L[i]) + min - x[i];
+    best_error += w[i] * (diff * diff);
+  }
+  std::uint8_t trial[kSuper];
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
+    float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) {
+      const int l = clamp(round_half_even(iscale * (x[i] - min)), 0, nmax);
+      trial[i] = static_cast<std::uint8_t>(l);
+      const float fl = static_cast<float>(l);
+      sum_l += w[i] * fl;
+      sum_l2 += w[i] * fl * fl;
+      sum_xl += w[i] * fl * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (!(D > 0.0f)) continue;  // the codes are all equal: no line through them
+    float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+    float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+    if (this_min > 0.0f) {
+      this_min = 0.0f;
+      this_scale = sum_xl / sum_l2;
+    }
+    float error = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float diff = this_scale * static_cast<float>(trial[i]) + this_min - x[i];
+      error += w[i] * (diff * diff);
+    }
+    if (error < best_error) {
+      std::copy(trial, trial + n, L);
+      best_error = error;
+      scale = this_scale;
+      min = this_min;
+    }
+  }
+  neg_min = -min;
+  return scale;
+}
+
+// The symmetric fit of a sub-block (ggml's make_qx_quants with weights w_i = x_i^2): codes
+// l_i in [-nmax, nmax - 1] (stored as l_i + nmax) and a scale s with x_i ~ s l_i. The grid is set
+// by the element of largest magnitude, with its sign, x_max: iscale = -(nmax + 0.1 is) / x_max for
+// is = 0, then -9 ... 9; on each, the codes are rounded and the best scale for them is
+// s = S_xl / S_ll (S_xl = sum w x l, S_ll = sum w l^2), which leaves the error
+// sum w x^2 - S_xl^2 / S_ll: the grid with the largest S_xl^2 / S_ll wins. Returns s (0 for an
+// all-zero sub-block).
+float fit_symmetric_scale(const float* x, std::size_t n, int nmax, std::uint8_t* L) {
+  float amax = 0.0f, x_max = 0.0f;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      x_max = x[i];
+    }
+  if (amax < 1e-15f) {  // ggml's GROUP_MAX_EPS: all zero
+    for (std::size_t i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  // codes on the grid iscale, and their sums S_xl and S_ll
+  auto codes_on = [&](float iscale, float& sum_xl, float& sum_l2, bool store) {
+    sum_xl = 0.0f, sum_l2 = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) {
+      const int l = clamp(round_half_even(iscale * x[i]), -nmax, nmax - 1);
+      if (store) L[i] = static_cast<std::uint8_t>(l + nmax);
+      const float w = x[i] * x[i];
+      const float fl = static_cast<float>(l);
+      sum_xl += w * x[i] * fl;
+      sum_l2 += w * fl * fl;
+    }
+  };
+  float sum_xl = 0.0f, sum_l2 = 0.0f;
+  codes_on(static_cast<float>(-nmax) / x_max, sum_xl, sum_l2, true);
+  float scale = sum_l2 != 0.0f ? sum_xl / sum_l2 : 0.0f;
+  float best = scale * sum_xl;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / x_max;
+    codes_on(iscale, sum_xl, sum_l2, false);
+    if (sum_l2 > 0.0f && sum_xl * sum_xl > best * sum_l2) {  // S_xl^2 / S_ll > best, without dividing
+      codes_on(iscale, sum_xl, sum_l2, true);
+      scale = sum_xl / sum_l2;
+      best = scale * sum_xl;
+    }
+  }
+  return scale;
+}
+
+// Q4_K's 6-bit scale and min codes of sub-block j from the 12 packed bytes (ggml's get_scale_min_k4).
+void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m) {
+  if (j < 4) {
+    sc = packed[j] & 63;
+    m = packed[j + 4] & 63;
+  } else {
+    sc = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
+    m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
 }  // namespace
 
 void quantize_block_q8_0(const float* x, std::uint8_t* block) {
@@ -133,6 +277,115 @@ void quantize_block_q5_1(const float* x, std::uint8_t* block) {
   pack_nibbles(q, block + 8);
 }
 
+void quantize_block_q4_k(const float* x, std::uint8_t* block) {
+  constexpr std::size_t kSub = 32, kSubs = kSuper / kSub;
+  std::uint8_t L[kSuper];
+  float scales[kSubs], mins[kSubs];
+  // Step 1: each sub-block's own affine fit, weighting element i by av_x + |x_i|
+  // (av_x = sqrt(sum x^2 / 32), the sub-block's RMS): large weights matter more, but none is 0.
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const float* xs = x + kSub * j;
+    float sum_x2 = 0.0f;
+    for (std::size_t l = 0; l < kSub; ++l) sum_x2 += xs[l] * xs[l];
+    const float av_x = std::sqrt(sum_x2 / static_cast<float>(kSub));
+    float weights[kSub];
+    for (std::size_t l = 0; l < kSub; ++l) weights[l] = av_x + std::fabs(xs[l]);
+    scales[j] = fit_scale_and_min(xs, weights, kSub, 15, -1.0f, 0.1f, 20, L + kSub * j, mins[j]);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  // Step 2: the scales and mins as 6-bit codes against the largest of each:
+  // s_j = round(63 scale_j / max_scale), m_j = round(63 min_j / max_min), at most 63 (as uint8, as ggml)
+  const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+  std::uint8_t* packed = block + 4;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const auto ls = std::min<std::uint8_t>(63, static_cast<std::uint8_t>(round_half_even(inv_scale * scales[j])));
+    const auto lm = std::min<std::uint8_t>(63, static_cast<std::uint8_t>(round_half_even(inv_min * mins[j])));
+    if (j < 4) {
+      packed[j] = ls;
+      packed[j + 4] = lm;
+    } else {  // low 4 bits together in byte j + 4; the top 2 into the free bits 6-7 of bytes j - 4 and j
+      packed[j + 4] = static_cast<std::uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
+      packed[j - 4] = static_cast<std::uint8_t>(packed[j - 4] | ((ls >> 4) << 6));
+      packed[j] = static_cast<std::uint8_t>(packed[j] | ((lm >> 4) << 6));
+    }
+  }
+  // Step 3: the super-block scales d = max_scale / 63 and dmin = max_min / 63, stored in fp16
+  store_fp16(max_scale / 63.0f, block);
+  store_fp16(max_min / 63.0f, block + 2);
+  // Step 4: the codes again, on the grid the stored numbers give: q = round((x + dmin m_j) / (d s_j)),
+  // clamped to [0, 15]. A sub-block whose scale code is 0 keeps its codes from step 1 (they all
+  // decode to -dmin m_j).
+  const float d = load_fp16(block), dmin = load_fp16(block + 2);
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    int sc = 0, m = 0;
+    q4_k_scale_min(j, packed, sc, m);
+    const float step = d * static_cast<float>(sc);
+    if (step == 0.0f) continue;
+    const float offset = dmin * static_cast<float>(m);
+    for (std::size_t l = 0; l < kSub; ++l)
+      L[kSub * j + l] = static_cast<std::uint8_t>(clamp(round_half_even((x[kSub * j + l] + offset) / step), 0, 15));
+  }
+  // Step 5: the nibbles, in 4 runs of 32 bytes: byte l of run c = q_{64c + l} | q_{64c + 32 + l} << 4
+  std::uint8_t* qs = block + 16;
+  for (std::size_t c = 0; c < kSuper / 64; ++c)
+    for (std::size_t l = 0; l < 32; ++l)
+      qs[32 * c + l] = static_cast<std::uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+}
+
+void quantize_block_q6_k(const float* x, std::uint8_t* block) {
+  constexpr std::size_t kSub = 16, kSubs = kSuper / kSub;
+  std::uint8_t L[kSuper];  // codes + 32, in [0, 63]
+  float scales[kSubs];
+  // Step 1: each sub-block's own symmetric fit with 6-bit codes in [-32, 31]; the scale of largest
+  // magnitude (with its sign) sets the super-block scale
+  float max_scale = 0.0f, max_abs_scale = 0.0f;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    scales[j] = fit_symmetric_scale(x + kSub * j, kSub, 32, L + kSub * j);
+    if (std::fabs(scales[j]) > max_abs_scale) {
+      max_abs_scale = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  std::uint8_t* ql = block;
+  std::uint8_t* qh = block + 128;
+  std::uint8_t* sub_scales = block + 192;
+  std::uint8_t* d_bytes = block + 208;
+  if (max_abs_scale < 1e-15f) {  // all zero: every byte 0 (d = +0)
+    std::fill(block, block + 210, std::uint8_t{0});
+    return;
+  }
+  // Step 2: int8 scale codes s_j = min(127, round(iscale scale_j)) with iscale = -128 / max_scale
+  // (the largest goes to -128, the end with one more step), and d = 1 / iscale in fp16
+  const float iscale = -128.0f / max_scale;
+  store_fp16(1.0f / iscale, d_bytes);
+  for (std::size_t j = 0; j < kSubs; ++j)
+    sub_scales[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::min(127, round_half_even(iscale * scales[j]))));
+  // Step 3: the codes again on the stored grid: q = round(x / (d s_j)) clamped to [-32, 31];
+  // a sub-block whose scale code is 0 keeps its codes from step 1 (they decode to 0)
+  const float d = load_fp16(d_bytes);
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const float step = d * static_cast<float>(static_cast<std::int8_t>(sub_scales[j]));
+    if (step == 0.0f) continue;
+    for (std::size_t l = 0; l < kSub; ++l)
+      L[kSub * j + l] = static_cast<std::uint8_t>(clamp(round_half_even(x[kSub * j + l] / step), -32, 31) + 32);
+  }
+  // Step 4: split each code into its low 4 bits (ql) and high 2 bits (qh). In half h of 128
+  // elements, for l < 32: ql[64h + l] = low(e_l) | low(e_{l+64}) << 4, ql[64h + 32 + l] =
+  // low(e_{l+32}) | low(e_{l+96}) << 4, qh[32h + l] = the four high pairs of e_l, e_{l+32}, e_{l+64}, e_{l+96}
+  for (std::size_t h = 0; h < 2; ++h) {
+    const std::uint8_t* e = L + 128 * h;
+    for (std::size_t l = 0; l < 32; ++l) {
+      ql[64 * h + l] = static_cast<std::uint8_t>((e[l] & 0x0F) | ((e[l + 64] & 0x0F) << 4));
+      ql[64 * h + 32 + l] = static_cast<std::uint8_t>((e[l + 32] & 0x0F) | ((e[l + 96] & 0x0F) << 4));
+      qh[32 * h + l] = static_cast<std::uint8_t>((e[l] >> 4) | ((e[l + 32] >> 4) << 2) | ((e[l + 64] >> 4) << 4) |
+                                                 ((e[l + 96] >> 4) << 6));
+    }
+  }
+}
+
 void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
   const float d = load_fp16(block);
   switch (type) {
@@ -158,6 +411,41 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
       for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(code(block + 8, &qh, j)) + m;
       return;
     }
+    case GgmlType::q4_K: {  // x^ = d s_j q - dmin m_j, q the nibble
+      const float dmin = load_fp16(block + 2);
+      const std::uint8_t* qs = block + 16;
+      for (std::size_t j = 0; j < kSuper / 32; ++j) {
+        int sc = 0, m = 0;
+        q4_k_scale_min(j, block + 4, sc, m);
+        const float step = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
+        // sub-block j: run j / 2 of the nibbles, low halves for even j, high halves for odd j
+        const std::uint8_t* run = qs + 32 * (j / 2);
+        for (std::size_t l = 0; l < 32; ++l) {
+          const int q = j % 2 == 0 ? run[l] & 0x0F : run[l] >> 4;
+          y[32 * j + l] = step * static_cast<float>(q) - offset;
+        }
+      }
+      return;
+    }
+    case GgmlType::q6_K: {  // x^ = d s_j (q - 32), q = low 4 bits | high 2 bits << 4
+      const float d6 = load_fp16(block + 208);
+      const auto* sc = reinterpret_cast<const std::int8_t*>(block + 192);
+      // half h, byte l < 32: the four elements e = l + 32 k (k = 0..3) of the layout's groups
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::uint8_t* ql = block + 64 * h;
+        const std::uint8_t* qh = block + 128 + 32 * h;
+        float* out = y + 128 * h;
+        for (std::size_t l = 0; l < 32; ++l)
+          for (std::size_t k = 0; k < 4; ++k) {
+            const std::uint8_t low_byte = ql[l + 32 * (k % 2)];
+            const int low = k < 2 ? low_byte & 0x0F : low_byte >> 4;
+            const int high = (qh[l] >> (2 * k)) & 3;
+            const std::size_t e = l + 32 * k;
+            out[e] = d6 * static_cast<float>(sc[8 * h + e / 16]) * static_cast<float>((low | high << 4) - 32);
+          }
+      }
+      return;
+    }
     default: break;
   }
   fail("dequantize_block", "type (", type_name(type), ") is not a block type: use one of quantized_types()");
@@ -169,13 +457,29 @@ double largest_quantizable(GgmlType type) {
     case GgmlType::q8_0: return 127.0 * kFp16Max;  // d = max|x| / 127
     case GgmlType::q4_0: return 8.0 * kFp16Max;    // d = x_max / -8
     case GgmlType::q5_0: return 16.0 * kFp16Max;   // d = x_max / -16
-    default: return kFp16Max;  // the minimum m is stored in fp16 too (and then d = range / 15 or 31 fits)
+    // Q4_1 and Q5_1 store the minimum in fp16 too (and then d = range / 15 or 31 fits); the K-quants'
+    // super-block scales are fp16 and smaller than the weights they scale: a safe bound for them
+    default: return kFp16Max;
   }
+}
+
+void quantize_block(GgmlType type, const float* x, std::uint8_t* block) {
+  switch (type) {
+    case GgmlType::q8_0: quantize_block_q8_0(x, block); return;
+    case GgmlType::q4_0: quantize_block_q4_0(x, block); return;
+    case GgmlType::q4_1: quantize_block_q4_1(x, block); return;
+    case GgmlType::q5_0: quantize_block_q5_0(x, block); return;
+    case GgmlType::q5_1: quantize_block_q5_1(x, block); return;
+    case GgmlType::q4_K: quantize_block_q4_k(x, block); return;
+    case GgmlType::q6_K: quantize_block_q6_k(x, block); return;
+    default: break;
+  }
+  fail("quantize_block", "type (", type_name(type), ") is not a block type: use one of quantized_types()");
 }
 
 void validate_quantize(const char* function, const Tensor2& x, GgmlType type, bool scan_values) {
   require(std::find(quantized_types().begin(), quantized_types().end(), type) != quantized_types().end(), function,
-          "type (", type_name(type), ") is not a block type: Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
+          "type (", type_name(type), ") is not a block type: Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K");
   require_nonempty(function, "x", x);
   require_block_multiple(function, "x's row length", x.shape()[1], type);
   if (!scan_values) return;
@@ -193,19 +497,9 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
   validate_quantize("quantize", x, type);
   QuantizedMatrix q{type, x.shape()[0], x.shape()[1], {}};
   q.bytes.resize(q.rows * q.row_bytes());
+  const std::size_t n = block_size(type);
   for (std::size_t r = 0; r < q.rows; ++r)
-    for (std::size_t b = 0; b < q.cols / kBlock; ++b) {
-      const float* block_in = &x(r, b * kBlock);
-      std::uint8_t* block_out = q.row(r) + b * block_bytes(type);
-      switch (type) {
-        case GgmlType::q8_0: quantize_block_q8_0(block_in, block_out); break;
-        case GgmlType::q4_0: quantize_block_q4_0(block_in, block_out); break;
-        case GgmlType::q4_1: quantize_block_q4_1(block_in, block_out); break;
-        case GgmlType::q5_0: quantize_block_q5_0(block_in, block_out); break;
-        case GgmlType::q5_1: quantize_block_q5_1(block_in, block_out); break;
-        default: break;
-      }
-    }
+    for (std::size_t b = 0; b < q.cols / n; ++b) quantize_block(type, &x(r, b * n), q.row(r) + b * block_bytes(type));
   return q;
 }
 
@@ -214,9 +508,9 @@ Tensor2 dequantize(const QuantizedMatrix& q) {
   require(q.type != GgmlType::f32 && q.type != GgmlType::f16, "dequantize", "q.type (", type_name(q.type),
           ") is not a block type");
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
+  const std::size_t n = block_size(q.type);
   for (std::size_t r = 0; r < q.rows; ++r)
-    for (std::size_t b = 0; b < q.cols / kBlock; ++b)
-      dequantize_block(q.type, q.row(r) + b * block_bytes(q.type), &y(r, b * kBlock));
+    for (std::size_t b = 0; b < q.cols / n; ++b) dequantize_block(q.type, q.row(r) + b * block_bytes(q.type), &y(r, b * n));
   return y;
 }
 

@@ -1,7 +1,9 @@
 // Chapter 08, ggml's block formats over every backend of the registry: the optimized bytes and
 // floats are the reference's, bit for bit, on data with outliers, zeros, constant blocks and
-// values that fall exactly on rounding ties; the error of each format stays within its step; a
-// dequantized Q8_0, Q4_0 or Q5_0 matrix quantizes back to the same bytes; bad input is named.
+// values that fall exactly on rounding ties; the error of each format stays within its step (for
+// the K-quants: each value is the nearest on the grid its stored scales give); a dequantized Q8_0,
+// Q4_0 or Q5_0 matrix quantizes back to the same bytes; bad input is named. The shapes are
+// multiples of 256, the K-quants' super-block.
 // The known-answer tests write blocks whose bytes follow from the formats' definitions by hand.
 
 #include <gtest/gtest.h>
@@ -75,7 +77,7 @@ std::string label(GgmlType type) { return type_name(type); }
 TEST_P(BlockQuant, bytes_and_floats_match_the_reference_bit_for_bit) {
   const auto& [backend, type] = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(backend);
-  const Tensor2 x = hostile_matrix(801, 9, 160);
+  const Tensor2 x = hostile_matrix(801, 9, 768);
   const QuantizedMatrix expected = ref::quantize(x, type);
   const QuantizedMatrix got = backend.quantize(x, type);
   ASSERT_EQ(got.bytes.size(), expected.bytes.size()) << label(type);
@@ -85,7 +87,7 @@ TEST_P(BlockQuant, bytes_and_floats_match_the_reference_bit_for_bit) {
     if (got.bytes[i] != expected.bytes[i]) {
       const std::size_t block = i / block_bytes(type);
       ADD_FAILURE() << backend.name << ", " << label(type) << ": byte " << i % block_bytes(type) << " of block "
-                    << block << " (row " << block / (x.shape()[1] / 32) << ") differs.\n  got      "
+                    << block << " (row " << block / (x.shape()[1] / block_size(type)) << ") differs.\n  got      "
                     << hex(got.bytes, block * block_bytes(type), block_bytes(type)) << "\n  expected "
                     << hex(expected.bytes, block * block_bytes(type), block_bytes(type))
                     << "\n  the usual cause: a fused multiply-add, or rounding half to even where the format "
@@ -101,6 +103,52 @@ TEST_P(BlockQuant, bytes_and_floats_match_the_reference_bit_for_bit) {
     }
 }
 
+// The K-quants' scales come out of a search (a weighted least-squares fit per sub-block over trial
+// grids), so no closed form bounds the step from the data; what the format does promise is its
+// last step: the codes are rounded on the grid that the stored numbers give. Read back from the
+// bytes (the layouts of core/ggml_blocks.hpp, decoded here independently of the library), a
+// sub-block's grid is {step q - offset}: Q4_K step = d s_j, offset = dmin m_j, q in [0, 15]; Q6_K
+// step = d s_j, offset = 0, q in [-32, 31]. Each x^ must be the grid point nearest to x:
+// |x - x^| <= the distance from x to the grid (at most step / 2 inside it) + float rounding of
+// (x + offset) / step and of the decode, a few units of 2^-24 of |x| + |offset| + 63 |step|.
+void expect_nearest_on_the_stored_grid(const Backend& backend, const Tensor2& x, const QuantizedMatrix& q,
+                                       const Tensor2& back) {
+  const bool q4 = q.type == GgmlType::q4_K;
+  const std::size_t sub = q4 ? 32 : 16, supers = q.cols / 256;
+  const int lo = q4 ? 0 : -32, hi = q4 ? 15 : 31;
+  for (std::size_t r = 0; r < q.rows; ++r)
+    for (std::size_t s = 0; s < supers; ++s) {
+      const std::uint8_t* blk = q.row(r) + s * block_bytes(q.type);
+      auto half = [](const std::uint8_t* p) { return static_cast<double>(fp16_bits_to_float(static_cast<std::uint16_t>(p[0] | p[1] << 8))); };
+      for (std::size_t j = 0; j < 256 / sub; ++j) {
+        double step = 0.0, offset = 0.0;
+        if (q4) {
+          const std::uint8_t* sc = blk + 4;  // 6-bit codes: j < 4 in bytes j, j + 4; else split
+          const int s_j = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
+          const int m_j = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+          step = half(blk) * s_j, offset = half(blk + 2) * m_j;
+        } else {
+          step = half(blk + 208) * static_cast<std::int8_t>(blk[192 + j]);
+        }
+        for (std::size_t i = 0; i < sub; ++i) {
+          const std::size_t c = s * 256 + j * sub + i;
+          const double v = x(r, c);
+          double nearest = INFINITY;
+          for (int k = lo; k <= hi; ++k) nearest = std::min(nearest, std::fabs(v - (step * k - offset)));
+          const double slack = 8.0 * 0x1p-24 * (std::fabs(v) + std::fabs(offset) + 63.0 * std::fabs(step));
+          const double err = std::fabs(v - back(r, c));
+          if (err > nearest + slack) {
+            ADD_FAILURE() << backend.name << ", " << label(q.type) << ": |x - x^| = " << err << " at (row " << r
+                          << ", col " << c << "), x = " << v << ", x^ = " << back(r, c) << ", but the grid of sub-block "
+                          << j << " (step " << step << ", offset " << offset << ") has a point " << nearest
+                          << " away: the codes must be rounded on the stored scales, not the fitted ones";
+            return;
+          }
+        }
+      }
+    }
+}
+
 // |x - x^| within the format's step. With the float scale d of the block (recomputed here in double
 // from the definitions), a code is the nearest one, so the error is at most |d| / 2, except at the
 // symmetric types' clamp (x / d up to 2^(b-1), one step beyond the largest code: error up to |d|); storing d
@@ -108,8 +156,13 @@ TEST_P(BlockQuant, bytes_and_floats_match_the_reference_bit_for_bit) {
 TEST_P(BlockQuant, the_error_stays_within_the_step_and_the_fp16_rounding) {
   const auto& [backend, type] = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(backend);
-  const Tensor2 x = hostile_matrix(802, 6, 256);
-  const Tensor2 back = backend.dequantize(backend.quantize(x, type));
+  const Tensor2 x = hostile_matrix(802, 6, 512);
+  const QuantizedMatrix q = backend.quantize(x, type);
+  const Tensor2 back = backend.dequantize(q);
+  if (type == GgmlType::q4_K || type == GgmlType::q6_K) {
+    expect_nearest_on_the_stored_grid(backend, x, q, back);
+    return;
+  }
   const bool symmetric = type == GgmlType::q8_0 || type == GgmlType::q4_0 || type == GgmlType::q5_0;
   const int bits = type == GgmlType::q8_0 ? 8 : (type == GgmlType::q5_0 || type == GgmlType::q5_1) ? 5 : 4;
   for (std::size_t r = 0; r < x.shape()[0]; ++r)
@@ -150,7 +203,10 @@ TEST_P(BlockQuant, a_dequantized_symmetric_matrix_quantizes_to_the_same_bytes) {
   const auto& [backend, type] = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(backend);
   if (type == GgmlType::q4_1 || type == GgmlType::q5_1) GTEST_SKIP() << "asymmetric: not a fixed point (see above)";
-  const QuantizedMatrix q = backend.quantize(hostile_matrix(803, 5, 128), type);
+  if (type == GgmlType::q4_K || type == GgmlType::q6_K)
+    GTEST_SKIP() << "K-quant: its scales come from a search over trial grids, which need not find the same scales "
+                    "for the dequantized values; no fixed point is claimed";
+  const QuantizedMatrix q = backend.quantize(hostile_matrix(803, 5, 256), type);
   const QuantizedMatrix again = backend.quantize(backend.dequantize(q), type);
   EXPECT_TRUE(again.bytes == q.bytes) << backend.name << ", " << label(type)
                                       << ": re-quantizing the dequantized matrix changed its bytes";
@@ -159,7 +215,7 @@ TEST_P(BlockQuant, a_dequantized_symmetric_matrix_quantizes_to_the_same_bytes) {
 TEST_P(BlockQuant, zero_blocks_give_zeros_and_bits_per_weight_are_the_formats) {
   const auto& [backend, type] = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(backend);
-  const Tensor2 zeros = xt::zeros<float>({std::size_t{2}, std::size_t{64}});
+  const Tensor2 zeros = xt::zeros<float>({std::size_t{2}, 2 * block_size(type)});
   const QuantizedMatrix q = backend.quantize(zeros, type);
   EXPECT_EQ(q.bytes.size(), 2 * 2 * block_bytes(type));
   EXPECT_DOUBLE_EQ(8.0 * static_cast<double>(q.bytes.size()) / static_cast<double>(zeros.size()),
@@ -171,10 +227,11 @@ TEST_P(BlockQuant, zero_blocks_give_zeros_and_bits_per_weight_are_the_formats) {
 TEST_P(BlockQuant, bad_input_is_named) {
   const auto& [backend, type] = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  const std::size_t n = block_size(type);
   EXPECT_TRUE(throws_error_naming([&] { backend.quantize(Tensor2::from_shape({2, 48}), type); },
-                                  {"quantize", "row length (48)", "block of 32"}));
-  EXPECT_TRUE(throws_error_naming([&] { backend.quantize(Tensor2::from_shape({0, 32}), type); }, {"quantize", "x"}));
-  Tensor2 x = xt::zeros<float>({std::size_t{2}, std::size_t{32}});
+                                  {"quantize", "row length (48)", "block of " + std::to_string(n)}));
+  EXPECT_TRUE(throws_error_naming([&] { backend.quantize(Tensor2::from_shape({0, n}), type); }, {"quantize", "x"}));
+  Tensor2 x = xt::zeros<float>({std::size_t{2}, n});
   x(1, 5) = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(throws_error_naming([&] { backend.quantize(x, type); }, {"quantize", "x", "non-finite"}));
   x(1, 5) = std::numeric_limits<float>::infinity();
@@ -186,7 +243,7 @@ TEST_P(BlockQuant, bad_input_is_named) {
   EXPECT_TRUE(std::isfinite(back(1, 5))) << "the largest quantizable value came back as " << back(1, 5);
   x(1, 5) = std::nextafter(x(1, 5), INFINITY);
   EXPECT_TRUE(throws_error_naming([&] { backend.quantize(x, type); }, {"quantize", "(row 1, col 5)", "65504"}));
-  QuantizedMatrix q = ref::quantize(xt::zeros<float>({std::size_t{2}, std::size_t{32}}), type);
+  QuantizedMatrix q = ref::quantize(xt::zeros<float>({std::size_t{2}, n}), type);
   q.bytes.pop_back();
   EXPECT_TRUE(throws_error_naming([&] { backend.dequantize(q); }, {"dequantize", "q.bytes", "expected"}));
   q.bytes.push_back(0);

@@ -38,7 +38,7 @@ GgufFile sample_file() {
       {"tvlab.scores", GgufValue::of_array(GgufType::float32, {GgufValue::of_float32(-1.5f)})},
   };
   Rng rng(820);
-  const Tensor2 w = rng.normal_matrix(3, 64);
+  const Tensor2 w = rng.normal_matrix(3, 256);
   f.tensors.push_back(gguf_tensor("w.f32", w));
   for (GgmlType type : quantized_types()) f.tensors.push_back(gguf_tensor("w." + type_name(type), quantize(w, type)));
   return f;
@@ -52,7 +52,7 @@ TEST(Ch08Gguf, a_written_file_reads_back_the_same) {
   // the values the tensors stand for: the F32 one as written, the others dequantized
   const Tensor2 w = gguf_tensor_values(back.tensors[0]);
   EXPECT_EQ(w.shape()[0], 3u);
-  EXPECT_EQ(w.shape()[1], 64u);
+  EXPECT_EQ(w.shape()[1], 256u);
   for (std::size_t t = 1; t < back.tensors.size(); ++t) {
     const Tensor2 v = gguf_tensor_values(back.tensors[t]);
     EXPECT_TRUE(v == dequantize(quantize(w, back.tensors[t].type))) << back.tensors[t].name;

@@ -9,7 +9,7 @@ namespace tvlab {
 
 const std::vector<GgmlType>& quantized_types() {
   static const std::vector<GgmlType> all = {GgmlType::q8_0, GgmlType::q5_1, GgmlType::q5_0, GgmlType::q4_1,
-                                            GgmlType::q4_0};
+                                            GgmlType::q4_0, GgmlType::q6_K, GgmlType::q4_K};
   return all;
 }
 
@@ -22,13 +22,15 @@ std::string type_name(GgmlType type) {
     case GgmlType::q5_0: return "Q5_0";
     case GgmlType::q5_1: return "Q5_1";
     case GgmlType::q8_0: return "Q8_0";
+    case GgmlType::q4_K: return "Q4_K";
+    case GgmlType::q6_K: return "Q6_K";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
 }
 
 bool is_known_type(std::uint32_t number) {
   for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
-                     GgmlType::q8_0})
+                     GgmlType::q8_0, GgmlType::q4_K, GgmlType::q6_K})
     if (static_cast<std::uint32_t>(t) == number) return true;
   return false;
 }
@@ -38,7 +40,7 @@ GgmlType type_from_name(const char* function, const std::string& name) {
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
   std::string known;
   for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::q8_0, GgmlType::q5_1, GgmlType::q5_0, GgmlType::q4_1,
-                     GgmlType::q4_0}) {
+                     GgmlType::q4_0, GgmlType::q6_K, GgmlType::q4_K}) {
     if (type_name(t) == upper) return t;
     known += (known.empty() ? "" : ", ") + type_name(t);
   }
@@ -46,7 +48,8 @@ GgmlType type_from_name(const char* function, const std::string& name) {
 }
 
 std::size_t block_size(GgmlType type) {
-  return type == GgmlType::f32 || type == GgmlType::f16 ? 1 : 32;
+  if (type == GgmlType::f32 || type == GgmlType::f16) return 1;
+  return type == GgmlType::q4_K || type == GgmlType::q6_K ? 256 : 32;  // QK_K, the K-quants' super-block
 }
 
 std::size_t block_bytes(GgmlType type) {
@@ -58,6 +61,8 @@ std::size_t block_bytes(GgmlType type) {
     case GgmlType::q5_0: return 2 + 4 + 16;
     case GgmlType::q5_1: return 2 + 2 + 4 + 16;
     case GgmlType::q8_0: return 2 + 32;
+    case GgmlType::q4_K: return 2 + 2 + 12 + 128;  // d, dmin, 6-bit scales and mins, nibbles
+    case GgmlType::q6_K: return 128 + 64 + 16 + 2;  // low nibbles, high pairs, int8 scales, d
   }
   fail("block_bytes", "type (", static_cast<std::uint32_t>(type), ") is not a known ggml type");
 }

@@ -6,6 +6,9 @@
 /// block's maximum, minimum and codes are computed on whole registers, and OpenMP threads take
 /// rows. The arithmetic is the reference's, operation for operation (a multiply, then an add,
 /// each rounded; no fused multiply-add in this file), which is what keeps the bytes equal.
+///
+/// The K-quants (Q4_K, Q6_K): the reference's block code, threads over rows. Their quantizer is
+/// a serial search over trial scales per sub-block, which ggml too leaves scalar in its reference.
 
 #include "tvlab/core/ggml_blocks.hpp"
 #include "tvlab/core/tensor.hpp"
@@ -13,7 +16,8 @@
 namespace tvlab::opt {
 
 /// @ingroup ch08
-/// Same contract and errors as `ref::quantize`: every row of x [rows, cols] in blocks of 32.
+/// Same contract and errors as `ref::quantize`: every row of x [rows, cols] in blocks of
+/// block_size(type) (32, or 256 for the K-quants).
 QuantizedMatrix quantize(const Tensor2& x, GgmlType type);
 
 /// @ingroup ch08

@@ -15,9 +15,28 @@
 /// | Q4_1 | 32 | 20 | fp16 d, fp16 m, 16 bytes of nibbles | 5.0 |
 /// | Q5_0 | 32 | 22 | fp16 d, 4 bytes of fifth bits, 16 bytes of nibbles | 5.5 |
 /// | Q5_1 | 32 | 24 | fp16 d, fp16 m, 4 bytes of fifth bits, 16 bytes of nibbles | 6.0 |
+/// | Q6_K | 256 | 210 | 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, int8 scales[16], fp16 d | 6.5625 |
+/// | Q4_K | 256 | 144 | fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles | 4.5 |
 ///
-/// Byte j of the nibbles holds element j in its low half and element j + 16 in its high half;
+/// In the blocks of 32, byte j of the nibbles holds element j in its low half and element j + 16 in its high half;
 /// bit j of the fifth bits (read as a little-endian uint32) is element j's fifth bit.
+///
+/// The K-quants store a super-block of 256 weights (QK_K), cut into sub-blocks that each have
+/// their own scale; the sub-block scales are themselves quantized against one fp16 super-block
+/// scale, so a finer grid of scales costs few bits:
+///
+/// - **Q4_K**: 8 sub-blocks of 32. Sub-block j has a 6-bit scale code \f$ s_j \f$ and a 6-bit min
+///   code \f$ m_j \f$; the weight is \f$ \hat x = d\, s_j\, q - d_{min}\, m_j \f$ with a 4-bit q. The
+///   16 codes of 6 bits fill the 12 bytes `scales`: for j < 4, byte j holds \f$ s_j \f$ and byte
+///   j + 4 holds \f$ m_j \f$ (low 6 bits); for j >= 4, byte j + 4 holds the low 4 bits of
+///   \f$ s_j \f$ (low half) and of \f$ m_j \f$ (high half), and their top 2 bits go to the free
+///   bits 6-7 of byte j - 4 (\f$ s_j \f$) and byte j (\f$ m_j \f$). The nibbles come in 4 runs of 32
+///   bytes: byte l of run c holds element 64c + l (low half) and 64c + 32 + l (high half).
+/// - **Q6_K**: 16 sub-blocks of 16, each with an int8 scale \f$ s_j \f$; the weight is
+///   \f$ \hat x = d\, s_j\, (q - 32) \f$ with a 6-bit q, split into its low 4 bits (`ql`) and its high
+///   2 bits (`qh`). In each half of 128 elements (64 bytes of ql, 32 of qh), byte l of ql holds
+///   elements l and l + 64 (low, high half), byte l + 32 elements l + 32 and l + 96; byte l of qh
+///   holds the high pairs of elements l, l + 32, l + 64, l + 96 in bits 0-1, 2-3, 4-5, 6-7.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +54,8 @@ enum class GgmlType : std::uint32_t {
   q5_0 = 6,
   q5_1 = 7,
   q8_0 = 8,
+  q4_K = 12,
+  q6_K = 14,
 };
 
 /// The types the chapter quantizes to, in the order of the lesson's tables.
@@ -47,10 +68,10 @@ std::string type_name(GgmlType type);
 /// list of known types otherwise.
 GgmlType type_from_name(const char* function, const std::string& name);
 
-/// Weights per block: 32 for every block type here, 1 for F32 and F16.
+/// Weights per block: 32 for Q8_0 ... Q5_1, 256 (a super-block) for Q4_K and Q6_K, 1 for F32 and F16.
 std::size_t block_size(GgmlType type);
 
-/// Bytes per block (34 for Q8_0, 18 for Q4_0, ...; 4 for F32, 2 for F16).
+/// Bytes per block (34 for Q8_0, 18 for Q4_0, ..., 144 for Q4_K, 210 for Q6_K; 4 for F32, 2 for F16).
 std::size_t block_bytes(GgmlType type);
 
 /// Storage cost: 8 block_bytes / block_size (8.5 for Q8_0, 4.5 for Q4_0).

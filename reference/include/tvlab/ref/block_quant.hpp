@@ -1,9 +1,10 @@
 #pragma once
 /// @file
-/// ggml's block quantization formats Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (chapter 08), byte for byte
-/// as llama.cpp's `quantize_row_*_ref` and `dequantize_row_*` compute them: a block of 32
-/// weights keeps one fp16 scale d (and, for the "_1" types, an fp16 minimum m) and 32 small
-/// integer codes q.
+/// ggml's block quantization formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q6_K and Q4_K
+/// (chapter 08), byte for byte as llama.cpp's `quantize_row_*_ref` and `dequantize_row_*` compute
+/// them: a block of 32 weights keeps one fp16 scale d (and, for the "_1" types, an fp16 minimum m)
+/// and 32 small integer codes q; a K-quant super-block of 256 keeps a scale per sub-block,
+/// itself quantized against fp16 super-block scales (layouts in core/ggml_blocks.hpp).
 ///
 /// - **Q8_0** (symmetric, 8 bits): \f$ d = \max_j |x_j| / 127 \f$, \f$ q_j = \mathrm{round}(x_j / d) \in [-127, 127] \f$,
 ///   \f$ \hat x_j = d\, q_j \f$.
@@ -18,10 +19,27 @@
 /// - **Q5_0** and **Q5_1**: Q4_0 and Q4_1 with one more bit (\f$ d = x_{max}/(-16) \f$, codes to
 ///   31, and \f$ d = (\max - \min)/31 \f$), the fifth bits of a block's 32 codes in one 32-bit word.
 ///
-/// The scale is rounded to fp16 for storage, but the codes are computed with the float scale
-/// before that rounding, as ggml does; the dequantized value uses the stored fp16 scale.
-/// Rounding: Q8_0 rounds half away from zero (`roundf`), the 4- and 5-bit types add 0.5 (after
-/// their offset) and truncate.
+/// - **Q4_K** (asymmetric, 4 bits, super-block of 256 in 8 sub-blocks of 32):
+///   \f$ \hat x_i = d\, s_j\, q_i - d_{min}\, m_j \f$ for element i of sub-block j, with 6-bit codes
+///   \f$ s_j, m_j \f$ and fp16 d, dmin. Each sub-block is first fitted on its own,
+///   \f$ x_i \approx a_j q_i - b_j \f$, by a search over 21 grids that minimises the weighted squared
+///   error \f$ \sum_i w_i (a_j q_i - b_j - x_i)^2 \f$ with \f$ w_i = \mathrm{rms}_j + |x_i| \f$ (ggml's
+///   make_qkx2_quants, a least-squares line per grid); then \f$ d = \max_j a_j / 63 \f$,
+///   \f$ s_j = \mathrm{round}(63\, a_j / \max_j a_j) \f$ (likewise dmin and m_j), and the codes are
+///   rounded again on the grid the stored numbers give: \f$ q_i = \mathrm{round}((x_i + d_{min} m_j) / (d\, s_j)) \in [0, 15] \f$.
+/// - **Q6_K** (symmetric, 6 bits, super-block of 256 in 16 sub-blocks of 16):
+///   \f$ \hat x_i = d\, s_j\, (q_i - 32) \f$ with int8 \f$ s_j \f$ and fp16 d. Each sub-block is fitted
+///   \f$ x_i \approx a_j l_i \f$, \f$ l_i \in [-32, 31] \f$, by a search over 19 grids weighted by
+///   \f$ x_i^2 \f$ (ggml's make_qx_quants); with \f$ a^* \f$ the \f$ a_j \f$ of largest magnitude,
+///   \f$ d = -a^* / 128 \f$, \f$ s_j = \min(127, \mathrm{round}(-128\, a_j / a^*)) \f$, and
+///   \f$ q_i - 32 = \mathrm{round}(x_i / (d\, s_j)) \in [-32, 31] \f$.
+///
+/// The scale is rounded to fp16 for storage, but the codes of the 32-weight types are computed
+/// with the float scale before that rounding, as ggml does; the K-quants compute their final
+/// codes from the stored (fp16 and 6- or 8-bit) scales. The dequantized value uses the stored
+/// numbers. Rounding: Q8_0 rounds half away from zero (`roundf`), the 4- and 5-bit types add 0.5
+/// (after their offset) and truncate, the K-quants round half to even (ggml's nearest_int), all
+/// in float, in ggml's order of operations (compiled without fused multiply-adds).
 
 #include <cstdint>
 
@@ -48,14 +66,28 @@ void quantize_block_q5_0(const float* x, std::uint8_t* block);
 void quantize_block_q5_1(const float* x, std::uint8_t* block);
 
 /// @ingroup ch08
-/// The 32 values a block of `type` stands for: \f$ \hat x_j = d\,q_j \f$ (Q8_0), \f$ d\,(q_j - 8) \f$
-/// (Q4_0), \f$ d\,q_j + m \f$ (Q4_1), \f$ d\,(q_j - 16) \f$ (Q5_0), \f$ d\,q_j + m \f$ (Q5_1).
+/// One super-block of 256 floats into block_bytes(Q4_K) = 144 bytes: fp16 d, fp16 dmin, the 12
+/// bytes of 6-bit scale and min codes, the 128 bytes of nibbles (ggml's quantize_row_q4_K_ref).
+void quantize_block_q4_k(const float* x, std::uint8_t* block);
+/// @ingroup ch08
+/// One super-block of 256 floats into block_bytes(Q6_K) = 210 bytes: 128 bytes of low 4 bits,
+/// 64 of high 2 bits, 16 int8 scale codes, fp16 d (ggml's quantize_row_q6_K_ref).
+void quantize_block_q6_k(const float* x, std::uint8_t* block);
+/// @ingroup ch08
+/// One block of `type` (block_size(type) floats in, block_bytes(type) bytes out): the function
+/// above for that type. Errors: a type that is not a block type.
+void quantize_block(GgmlType type, const float* x, std::uint8_t* block);
+
+/// @ingroup ch08
+/// The block_size(type) values a block of `type` stands for: \f$ \hat x_j = d\,q_j \f$ (Q8_0),
+/// \f$ d\,(q_j - 8) \f$ (Q4_0), \f$ d\,q_j + m \f$ (Q4_1), \f$ d\,(q_j - 16) \f$ (Q5_0), \f$ d\,q_j + m \f$
+/// (Q5_1), \f$ d\, s_j\, q_i - d_{min}\, m_j \f$ (Q4_K), \f$ d\, s_j\, (q_i - 32) \f$ (Q6_K).
 void dequantize_block(GgmlType type, const std::uint8_t* block, float* y);
 
 /// @ingroup ch08
-/// Every row of x [rows, cols] in blocks of 32, in one of the block types (quantized_types()).
-/// Errors: an empty x, cols not a multiple of 32, a value that is not finite or beyond
-/// `largest_quantizable(type)`, a type that is not a block type.
+/// Every row of x [rows, cols] in blocks of block_size(type) (32, or 256 for the K-quants), in one
+/// of the block types (quantized_types()). Errors: an empty x, cols not a multiple of the block, a
+/// value that is not finite or beyond `largest_quantizable(type)`, a type that is not a block type.
 QuantizedMatrix quantize(const Tensor2& x, GgmlType type);
 
 /// @ingroup ch08
@@ -66,7 +98,8 @@ Tensor2 dequantize(const QuantizedMatrix& q);
 /// @ingroup ch08
 /// The largest |x| a block of `type` can hold: its fp16 scale, at most 65504, times the largest code
 /// it divides by (127 for Q8_0, 8 for Q4_0, 16 for Q5_0; 65504 itself for the types that store the
-/// minimum in fp16). ggml would store an infinite scale beyond it; `quantize` refuses.
+/// minimum in fp16, and for the K-quants, whose fp16 super-block scales stay finite below it). ggml
+/// would store an infinite scale beyond it; `quantize` refuses.
 double largest_quantizable(GgmlType type);
 
 /// The checks `quantize` starts with, public so that other implementations reject the same inputs
