@@ -98,7 +98,7 @@ std::string error_table() {
   std::vector<std::vector<std::string>> rows;
   for (GgmlType type : quantized_types()) {
     const FormatError g = format_error(gaussian, type), o = format_error(with_outliers, type);
-    rows.push_back({type_name(type), fixed(bits_per_weight(type), 1), sci(g.rmse, 3), sci(g.max_abs, 3),
+    rows.push_back({type_name(type), fixed(bits_per_weight(type), 2), sci(g.rmse, 3), sci(g.max_abs, 3),
                     sci(o.rmse, 3), sci(o.max_abs, 3)});
   }
   return markdown_table({"format", "bits per weight", "RMSE, N(0, 1)", "max error, N(0, 1)", "RMSE, 1% outliers x 20",
@@ -290,8 +290,10 @@ std::string hex_bytes(const std::uint8_t* bytes, std::size_t count) {
 // Block 0 of row 0 through the format, in the reference's order.
 void step_through(const Tensor2& x, GgmlType type) {
   const auto& ref = reference_backend(quant::backends());
-  Tensor2 block = xt::view(x, xt::range(0, 1), xt::range(0, 32));
-  print_step(std::cout, 1, "the 32 weights of block 0 of row 0");
+  const std::size_t n = block_size(type);
+  const bool k_quant = n == 256;
+  Tensor2 block = xt::view(x, xt::range(0, 1), xt::range(0, static_cast<std::ptrdiff_t>(n)));
+  print_step(std::cout, 1, "the " + std::to_string(n) + " weights of block 0 of row 0");
   print_matrix(std::cout, "x", block);
   double amax = 0.0, x_max = 0.0, lo = INFINITY, hi = -INFINITY;
   for (float v : block) {
@@ -299,7 +301,9 @@ void step_through(const Tensor2& x, GgmlType type) {
     lo = std::min(lo, static_cast<double>(v)), hi = std::max(hi, static_cast<double>(v));
   }
   const QuantizedMatrix q = ref.quantize(block, type);
-  const float d16 = fp16_bits_to_float(static_cast<std::uint16_t>(q.bytes[0] | q.bytes[1] << 8));
+  // where the block keeps its fp16 super-scale d: first, except in Q6_K, which ends with it
+  const std::size_t d_at = type == GgmlType::q6_K ? block_bytes(type) - 2 : 0;
+  const float d16 = fp16_bits_to_float(static_cast<std::uint16_t>(q.bytes[d_at] | q.bytes[d_at + 1] << 8));
   std::ostringstream scale;
   switch (type) {
     case GgmlType::q8_0: scale << "d = max|x| / 127 = " << fixed(amax, 4) << " / 127 = " << fixed(amax / 127.0, 6); break;
@@ -311,18 +315,32 @@ void step_through(const Tensor2& x, GgmlType type) {
     case GgmlType::q4_1:
       scale << "m = min x = " << fixed(lo, 4) << ", d = (max x - m) / 15 = " << fixed((hi - lo) / 15.0, 6);
       break;
-    default: scale << "m = min x = " << fixed(lo, 4) << ", d = (max x - m) / 31 = " << fixed((hi - lo) / 31.0, 6); break;
+    case GgmlType::q5_1:
+      scale << "m = min x = " << fixed(lo, 4) << ", d = (max x - m) / 31 = " << fixed((hi - lo) / 31.0, 6);
+      break;
+    case GgmlType::q4_K:
+      scale << "8 sub-blocks of 32, each with a scale and a minimum fitted to it, stored in 6 bits as multiples of "
+               "two fp16 super-scales d and dmin; codes 0..15";
+      break;
+    default:
+      scale << "16 sub-blocks of 16, each with an int8 scale, stored as multiples of one fp16 super-scale d; codes "
+               "-32..31 in 6 bits";
+      break;
   }
   print_step(std::cout, 2, "the scale: " + scale.str());
-  print_step(std::cout, 3, "d stored as fp16: " + fixed(d16, 6) + " (bytes " + hex_bytes(q.bytes.data(), 2) +
-                               ", little-endian); the codes use the float d, the values back use this one");
+  print_step(std::cout, 3, std::string(k_quant ? "the super-scale d" : "d") + " stored as fp16: " + fixed(d16, 6) +
+                               " (bytes " + hex_bytes(q.bytes.data() + d_at, 2) + ", little-endian at byte " +
+                               std::to_string(d_at) + ")" +
+                               (k_quant ? "" : "; the codes use the float d, the values back use this one"));
   print_step(std::cout, 4, "the block's " + std::to_string(block_bytes(type)) + " bytes (" +
-                               fixed(bits_per_weight(type), 1) + " bits per weight)");
-  std::cout << "  " << hex_bytes(q.bytes.data(), q.bytes.size()) << "\n";
+                               fixed(bits_per_weight(type), 2) + " bits per weight)");
+  std::cout << "  " << hex_bytes(q.bytes.data(), std::min<std::size_t>(q.bytes.size(), 48))
+            << (q.bytes.size() > 48 ? " ..." : "") << "\n";
   const Tensor2 back = ref.dequantize(q);
   print_step(std::cout, 5, "the values the block stands for, x^");
   print_matrix(std::cout, "x^", back);
-  print_step(std::cout, 6, "the error x - x^ (within half a step, d / 2, except at the clamp and for the fp16 d)");
+  print_step(std::cout, 6, k_quant ? "the error x - x^ (each value the nearest on its sub-block's grid)"
+                                   : "the error x - x^ (within half a step, d / 2, except at the clamp and for the fp16 d)");
   print_matrix(std::cout, "x - x^", Tensor2(block - back));
 }
 
@@ -345,10 +363,13 @@ int write_demo_gguf(const Options& o, const GlobalOptions& g) {
                    {"tvlab.seed", ref::GgufValue::of_uint32(static_cast<std::uint32_t>(g.seed))}};
   file.tensors.push_back(ref::gguf_tensor("w.f32", w));
   const auto& reference = reference_backend(quant::backends());
-  for (GgmlType type : quantized_types()) file.tensors.push_back(ref::gguf_tensor("w." + type_name(type), reference.quantize(w, type)));
+  for (GgmlType type : quantized_types())  // the K-quants need rows of whole super-blocks of 256
+    if (w.shape()[1] % block_size(type) == 0)
+      file.tensors.push_back(ref::gguf_tensor("w." + type_name(type), reference.quantize(w, type)));
   ref::write_gguf(o.write_gguf, file);
   std::cout << "wrote " << o.write_gguf << ": " << file.tensors.size() << " tensors of " << o.rows << " x " << o.cols
-            << " (F32 and every block format), " << file.metadata.size() << " metadata pairs\n";
+            << " (F32 and every block format whose block divides " << o.cols << "), " << file.metadata.size()
+            << " metadata pairs\n";
   return 0;
 }
 
@@ -380,7 +401,7 @@ int run(const Options& o, const GlobalOptions& g) {
   require_positive(TVLAB_CHAPTER_NAME, "--cols", o.cols);
   const GgmlType type = type_from_name(TVLAB_CHAPTER_NAME, o.type);
   require(type != GgmlType::f32 && type != GgmlType::f16, TVLAB_CHAPTER_NAME, "--type (", o.type,
-          ") must be a block type: Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
+          ") must be a block type: Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K");
   require_block_multiple(TVLAB_CHAPTER_NAME, "--cols", static_cast<std::size_t>(o.cols), type);
   const auto rows = static_cast<std::uint64_t>(o.rows), cols = static_cast<std::uint64_t>(o.cols);
   RunCost cost;
@@ -419,17 +440,17 @@ Chapter TVLAB_CHAPTER_ENTRY() {
   Chapter c;
   c.name = TVLAB_CHAPTER_NAME;
   c.alias = "quant";
-  c.summary = "quantization: ggml's block formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, byte for byte";
+  c.summary = "quantization: affine and calibrated, FP8 and MX, ggml's block formats byte for byte, GGUF files";
   c.add_subcommand = [](CommandLine& root, GlobalOptions& global) {
     auto o = std::make_shared<Options>();
     Command sub = add_chapter_command(
         root, global, TVLAB_CHAPTER_NAME, "quant", "Quantization: ggml's block formats, one block step by step", *o,
-        "print one block of 32 weights through the format: scale, fp16 scale, bytes, values back, errors",
+        "print one block through the format: scale, fp16 scale, bytes, values back, errors",
         "write x.npy, bytes_<backend>.npy and dequantize_<backend>.npy to DIR", backend_lines(quant::backends()),
         [o, &global] { return run(*o, global); });
     sub.option("--rows", o->rows, "rows of weights");
     sub.option("--cols", o->cols, "weights per row (a multiple of 32)");
-    sub.option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1 or Q4_0");
+    sub.option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K (the K-quants: --cols a multiple of 256)");
     sub.option("--gguf", o->gguf, "list the metadata and tensors of the GGUF FILE (with --dump DIR: each tensor's values as .npy)",
                ShowDefault::no);
     sub.option("--write-gguf", o->write_gguf,

@@ -9,6 +9,10 @@ grep -q "little-endian" "$tmp/out" && pass "--step shows the fp16 scale's bytes"
 for type in Q8_0 Q5_1 Q5_0 Q4_1 q4_0; do
   check "quant --type $type, every backend" 0 "" -- "$tvlab" quant --type "$type" --backend all
 done
+for type in Q6_K Q4_K; do
+  check "quant --type $type --step, every backend" 0 "" -- "$tvlab" quant --type "$type" --cols 256 --step --backend all
+done
+check "quant: a K-quant needs rows of 256" 2 "block of 256" -- "$tvlab" quant --type Q4_K --cols 64
 check "quant: an unknown type names the option" 2 "Q3_X" -- "$tvlab" quant --type Q3_X
 check "quant: a float type is not a block type" 2 "--type" -- "$tvlab" quant --type F16
 check "quant: cols not a multiple of 32" 2 "--cols (48)" -- "$tvlab" quant --cols 48
@@ -17,10 +21,13 @@ check "quant --dump" 0 "" -- "$tvlab" quant --backend opt --dump "$tmp/npy"
 is_npy "$tmp"/npy/{x,bytes_opt,dequantize_opt}.npy
 
 # GGUF: a written file is listed and dumped; a damaged one is refused with the byte
-check "quant --write-gguf" 0 "" -- "$tvlab" quant --write-gguf "$tmp/demo.gguf" --rows 4 --cols 64
+check "quant --write-gguf" 0 "" -- "$tvlab" quant --write-gguf "$tmp/demo.gguf" --rows 4 --cols 256
 check "quant --gguf --dump" 0 "" -- "$tvlab" quant --gguf "$tmp/demo.gguf" --dump "$tmp/gguf_npy"
-grep -q "w.Q4_0: Q4_0, \[64 x 4\], 144 bytes" "$tmp/out" && pass "--gguf lists the tensors" || fail "--gguf does not list w.Q4_0"
-is_npy "$tmp"/gguf_npy/{w.f32,w.Q8_0,w.Q4_0}.npy
+grep -q "w.Q4_0: Q4_0, \[256 x 4\], 576 bytes" "$tmp/out" && pass "--gguf lists the tensors" || fail "--gguf does not list w.Q4_0"
+is_npy "$tmp"/gguf_npy/{w.f32,w.Q8_0,w.Q4_0,w.Q4_K,w.Q6_K}.npy
+check "quant --write-gguf: rows of 64 leave out the K-quants" 0 "" -- "$tvlab" quant --write-gguf "$tmp/small.gguf" --cols 64
+check "quant --gguf, the small file" 0 "" -- "$tvlab" quant --gguf "$tmp/small.gguf"
+grep -q "Q4_K" "$tmp/out" && fail "a 64-wide file lists a K-quant" || pass "a 64-wide file has no K-quant"
 head -c 120 "$tmp/demo.gguf" > "$tmp/cut.gguf"
 check "quant --gguf: a file cut short names the byte" 2 "at byte" -- "$tvlab" quant --gguf "$tmp/cut.gguf"
 check "quant --gguf: a missing file" 2 "cannot open" -- "$tvlab" quant --gguf "$tmp/missing.gguf"
