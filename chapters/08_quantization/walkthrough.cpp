@@ -67,16 +67,6 @@ std::vector<DocumentCheck> document_checks() {
 
 // ------------------------------------------------------------------ errors of the formats
 
-// Gaussian weights N(0, 1), and the same with 1% outliers at 20 sigma: the data every format of
-// the error table quantizes.
-Tensor2 table_data(bool outliers) {
-  Rng rng(808);
-  Tensor2 x = rng.normal_matrix(256, 1024);
-  if (outliers)
-    for (auto& v : x)
-      if (rng.uniform() < 0.01) v *= 20.0f;
-  return x;
-}
 
 struct FormatError {
   double rmse = 0.0, max_abs = 0.0;
@@ -95,7 +85,7 @@ FormatError format_error(const Tensor2& x, GgmlType type) {
 }
 
 std::string error_table() {
-  const Tensor2 gaussian = table_data(false), with_outliers = table_data(true);
+  const Tensor2 gaussian = analysis::lesson_weights(false), with_outliers = analysis::lesson_weights(true);
   std::vector<std::vector<std::string>> rows;
   for (GgmlType type : quantized_types()) {
     const FormatError g = format_error(gaussian, type), o = format_error(with_outliers, type);
@@ -110,7 +100,7 @@ std::string error_table() {
 // Affine (uniform, symmetric) quantization of the same data: RMSE by bits, granularity and the
 // rule that chooses the clipping range (analysis::quant_error_table).
 std::string affine_table(bool outliers) {
-  const auto table = analysis::quant_error_table(table_data(outliers));
+  const auto table = analysis::quant_error_table(analysis::lesson_weights(outliers));
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i + 2 < table.size(); i += 3)
     rows.push_back({std::to_string(table[i].bits), table[i].granularity, sci(table[i].rmse, 3),
@@ -121,7 +111,7 @@ std::string affine_table(bool outliers) {
 // The OCP microscaling formats (a power-of-two scale per 32 elements, FP8 or FP4 elements) next to
 // the integer block formats of the same size, on the same data.
 std::string microscaling_table() {
-  const Tensor2 gaussian = table_data(false), with_outliers = table_data(true);
+  const Tensor2 gaussian = analysis::lesson_weights(false), with_outliers = analysis::lesson_weights(true);
   std::vector<std::vector<std::string>> rows;
   for (ref::MxBlockFormat f : {ref::MxBlockFormat::mxfp8_e4m3, ref::MxBlockFormat::mxfp8_e5m2, ref::MxBlockFormat::mxfp4})
     rows.push_back({ref::mx_name(f), fixed(ref::mx_bits_per_element(f), 2), sci(ref::mx_round_trip_rmse(gaussian, f), 3),

@@ -230,9 +230,7 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
 }
 
 Tensor2 dequantize(const QuantizedMatrix& q) {
-  validate_quantized("dequantize", q);
-  require(q.type != GgmlType::f32 && q.type != GgmlType::f16, "dequantize", "q.type (", type_name(q.type),
-          ") is not a block type");
+  ref::validate_dequantize("dequantize", q);
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
   const auto rows = static_cast<std::ptrdiff_t>(q.rows);
   const std::size_t n = block_size(q.type);

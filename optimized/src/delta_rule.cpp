@@ -380,6 +380,19 @@ void invert_unit_lower(std::size_t L, const float* a_transposed, std::size_t ld,
   }
 }
 
+// out[c] = factors[c] x[c] for d_k channels, or factors[0] x[c] when there is one factor (wg = 1):
+// a row times its decay, per channel or scalar.
+void scale_row(float* out, const float* x, const float* factors, std::size_t wg, std::size_t d_k) {
+  if (wg == 1) {
+    const float f = factors[0];
+#pragma omp simd
+    for (std::size_t c = 0; c < d_k; ++c) out[c] = f * x[c];
+  } else {
+#pragma omp simd
+    for (std::size_t c = 0; c < d_k; ++c) out[c] = factors[c] * x[c];
+  }
+}
+
 // Asks for `count` floats from x into the cache, one request per 64-byte line.
 void prefetch(const float* x, std::size_t count) {
   constexpr std::size_t kLine = 64 / sizeof(float);
@@ -452,32 +465,10 @@ DeltaRuleOutput delta_rule_chunked(const Tensor3& q, const Tensor3& k, const Ten
       exp_in_place(b.to_start.data(), L * wg);
       exp_in_place(b.to_end.data(), L * wg);
       // [K o e^G; Q o e^G], and K o e^{G_L - G} into the last d_k entries of pairs' rows
-      for (std::size_t r = 0; r < 2 * L; ++r) {  // rows of [K; Q]: position r mod L
-        const float* x = b.rows.data() + r * d_k;
-        float* decayed = b.decayed.data() + r * d_k;
-        const float* to_start = b.to_start.data() + (r % L) * wg;
-        if (wg == 1) {
-          const float f = to_start[0];
-#pragma omp simd
-          for (std::size_t c = 0; c < d_k; ++c) decayed[c] = f * x[c];
-        } else {
-#pragma omp simd
-          for (std::size_t c = 0; c < d_k; ++c) decayed[c] = to_start[c] * x[c];
-        }
-      }
-      for (std::size_t j = 0; j < L; ++j) {
-        const float* k_j = b.rows.data() + j * d_k;
-        const float* to_end = b.to_end.data() + j * wg;
-        float* k_to_end = b.pairs.data() + j * ld + 2 * L;
-        if (wg == 1) {
-          const float f = to_end[0];
-#pragma omp simd
-          for (std::size_t c = 0; c < d_k; ++c) k_to_end[c] = f * k_j[c];
-        } else {
-#pragma omp simd
-          for (std::size_t c = 0; c < d_k; ++c) k_to_end[c] = to_end[c] * k_j[c];
-        }
-      }
+      for (std::size_t r = 0; r < 2 * L; ++r)  // rows of [K; Q]: position r mod L
+        scale_row(b.decayed.data() + r * d_k, b.rows.data() + r * d_k, b.to_start.data() + (r % L) * wg, wg, d_k);
+      for (std::size_t j = 0; j < L; ++j)
+        scale_row(b.pairs.data() + j * ld + 2 * L, b.rows.data() + j * d_k, b.to_end.data() + j * wg, wg, d_k);
       pair_products(L, d_k, w, ld, b);
       // [(K o e^G) S_0; (Q o e^G) S_0] in one SGEMM (only the second block without the delta rule)
       if (cfg.delta)

@@ -503,10 +503,14 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
   return q;
 }
 
-Tensor2 dequantize(const QuantizedMatrix& q) {
-  validate_quantized("dequantize", q);
-  require(q.type != GgmlType::f32 && q.type != GgmlType::f16, "dequantize", "q.type (", type_name(q.type),
+void validate_dequantize(const char* function, const QuantizedMatrix& q) {
+  validate_quantized(function, q);
+  require(q.type != GgmlType::f32 && q.type != GgmlType::f16, function, "q.type (", type_name(q.type),
           ") is not a block type");
+}
+
+Tensor2 dequantize(const QuantizedMatrix& q) {
+  validate_dequantize("dequantize", q);
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
   const std::size_t n = block_size(q.type);
   for (std::size_t r = 0; r < q.rows; ++r)

@@ -22,11 +22,6 @@
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/block_quant.hpp"
 
-namespace tvlab {
-// gtest prints a parameter through PrintTo: the format's name, not its bytes.
-inline void PrintTo(GgmlType type, std::ostream* out) { *out << type_name(type); }
-}  // namespace tvlab
-
 namespace tvlab::quant {
 namespace {
 

@@ -16,6 +16,7 @@
 
 #include "../common/testing.hpp"
 #include "backends.hpp"
+#include "tvlab/analysis/quant_error.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/block_quant.hpp"
 
@@ -133,18 +134,9 @@ TEST(Ch08KQuant, bytes_are_ggmls_on_a_million_weights) {
 // So Q6_K beats Q5_0 and Q5_1 with about as many bits, and Q4_K beats Q4_0 with the same 4.5 bits
 // and Q4_1 with fewer; only Q8_0, with two more bits, does better than Q6_K. The margins (at least
 // 9% of the larger RMSE) are far beyond any float-rounding effect.
-Tensor2 lesson_data(bool outliers) {
-  Rng rng(808);
-  Tensor2 x = rng.normal_matrix(256, 1024);
-  if (outliers)
-    for (auto& v : x)
-      if (rng.uniform() < 0.01) v *= 20.0f;
-  return x;
-}
-
 TEST(Ch08KQuant, k_quants_beat_the_32_weight_formats_of_their_size) {
   for (bool outliers : {false, true}) {
-    const Tensor2 x = lesson_data(outliers);
+    const Tensor2 x = analysis::lesson_weights(outliers);
     std::map<GgmlType, double> e;
     std::cout << "[ numbers  ] " << (outliers ? "1% outliers x 20" : "N(0, 1)") << ", RMSE (max error):";
     for (GgmlType type : quantized_types()) {

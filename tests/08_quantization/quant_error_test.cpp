@@ -18,15 +18,6 @@
 namespace tvlab::analysis {
 namespace {
 
-Tensor2 lesson_matrix(bool outliers) {
-  Rng rng(808);
-  Tensor2 x = rng.normal_matrix(256, 1024);
-  if (outliers)
-    for (auto& v : x)
-      if (rng.uniform() < 0.01) v *= 20.0f;
-  return x;
-}
-
 void print_table(const char* title, const std::vector<QuantErrorRow>& rows) {
   std::printf("\n%s\n| bits | granularity   | min-max  | p99.9    | MSE      |\n", title);
   std::printf("| ---- | ------------- | -------- | -------- | -------- |\n");
@@ -47,13 +38,13 @@ void check_table(const std::vector<QuantErrorRow>& rows) {
 }
 
 TEST(QuantError, lesson_table_gaussian) {
-  const auto rows = quant_error_table(lesson_matrix(false));
+  const auto rows = quant_error_table(lesson_weights(false));
   print_table("RMSE, x = Rng(808).normal_matrix(256, 1024), symmetric", rows);
   check_table(rows);
 }
 
 TEST(QuantError, lesson_table_with_outliers) {
-  const auto rows = quant_error_table(lesson_matrix(true));
+  const auto rows = quant_error_table(lesson_weights(true));
   print_table("RMSE, the same with 1% of elements x 20, symmetric", rows);
   check_table(rows);
   // with outliers at 4 bits one scale per tensor is set by the largest outlier: every finer

@@ -18,10 +18,6 @@
 #include "tvlab/ref/block_quant.hpp"
 #include "tvlab/ref/quantized_gemv.hpp"
 
-namespace tvlab {
-inline void PrintTo(GgmlType type, std::ostream* out) { *out << type_name(type); }
-}  // namespace tvlab
-
 namespace tvlab::quant {
 namespace {
 

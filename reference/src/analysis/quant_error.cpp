@@ -1,5 +1,7 @@
 #include "tvlab/analysis/quant_error.hpp"
 
+#include "tvlab/core/rng.hpp"
+
 #include <cmath>
 #include <span>
 #include <sstream>
@@ -8,6 +10,15 @@
 #include "tvlab/ref/calibration.hpp"
 
 namespace tvlab::analysis {
+
+Tensor2 lesson_weights(bool outliers) {
+  Rng rng(808);
+  Tensor2 x = rng.normal_matrix(256, 1024);
+  if (outliers)
+    for (auto& v : x)
+      if (rng.uniform() < 0.01) v *= 20.0f;
+  return x;
+}
 
 std::string clip_rule_name(ClipRule rule, double p) {
   switch (rule) {

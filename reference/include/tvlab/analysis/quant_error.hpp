@@ -40,6 +40,11 @@ double affine_rmse(const Tensor2& x, const ref::AffineQuantConfig& cfg, ClipRule
                    std::size_t K = 100);
 
 /// @ingroup ch08
+/// The chapter's test weights, the same in every table of the lesson: `Rng(808).normal_matrix(256, 1024)`,
+/// and with `outliers` 1% of them (drawn from the same generator, in element order) multiplied by 20.
+Tensor2 lesson_weights(bool outliers);
+
+/// @ingroup ch08
 /// One row of the table: a configuration and its RMSE.
 struct QuantErrorRow {
   int bits = 8;

@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,9 @@ const std::vector<GgmlType>& quantized_types();
 
 /// "Q8_0", "Q4_0", ... as llama.cpp names them ("F32", "F16" for the float types).
 std::string type_name(GgmlType type);
+
+/// Prints type_name(type) (so that tests and messages show "Q4_0", not a number).
+inline std::ostream& operator<<(std::ostream& out, GgmlType type) { return out << type_name(type); }
 
 /// The type called `name` ("Q4_0", case-insensitive); a tvlab::Error naming `function` and the
 /// list of known types otherwise.

@@ -102,6 +102,10 @@ Tensor2 dequantize(const QuantizedMatrix& q);
 /// would store an infinite scale beyond it; `quantize` refuses.
 double largest_quantizable(GgmlType type);
 
+/// The checks `dequantize` starts with (`validate_quantized`, and a block type), public for the
+/// same reason as the next.
+void validate_dequantize(const char* function, const QuantizedMatrix& q);
+
 /// The checks `quantize` starts with, public so that other implementations reject the same inputs
 /// with the same messages.
 /// @param scan_values false skips the pass over x for values that are not finite: for an
