@@ -128,8 +128,22 @@ void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, con
 #if defined(__AVX2__)
   for (std::size_t b = 0; b < blocks; b += kGroup) {
     const std::size_t count = std::min(kGroup, blocks - b);
-    alignas(16) std::uint16_t d_w_bits[kGroup] = {};
-    for (std::size_t k = 0; k < count; ++k) std::memcpy(&d_w_bits[k], row + (b + k) * w_bytes, 2);  // fp16, little-endian
+    // the eight fp16 scales d_w straight into one register (16-bit inserts: eight narrow stores to
+    // memory read back as one vector would stall the load that waits for them)
+    __m128i d_w_bits = _mm_setzero_si128();
+    const auto scale_bits = [&](std::size_t k) {
+      std::uint16_t bits = 0;
+      if (k < count) std::memcpy(&bits, row + (b + k) * w_bytes, 2);  // fp16, little-endian
+      return static_cast<int>(bits);
+    };
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(0), 0);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(1), 1);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(2), 2);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(3), 3);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(4), 4);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(5), 5);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(6), 6);
+    d_w_bits = _mm_insert_epi16(d_w_bits, scale_bits(7), 7);
     __m256i sumi;
 #if defined(TVLAB_Q4_0_PAIRS)
     if (type == GgmlType::q4_0) {
@@ -154,7 +168,7 @@ void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, con
     if (type == GgmlType::q4_0)  // sum_j (q_j - 8) x_j = sum_j q_j x_j - 8 sum_j x_j
       sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.sums.data() + b)), 3));
     const __m256 sumi_f = _mm256_cvtepi32_ps(sumi);  // exact: |sumi| < 2^24
-    const __m256 d_w = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d_w_bits)));
+    const __m256 d_w = _mm256_cvtph_ps(d_w_bits);
     const __m256 d_x = _mm256_loadu_ps(a.scales.data() + b);
     const __m256 term = type == GgmlType::q8_0 ? _mm256_mul_ps(sumi_f, _mm256_mul_ps(d_w, d_x))
                                                : _mm256_mul_ps(_mm256_mul_ps(sumi_f, d_w), d_x);
