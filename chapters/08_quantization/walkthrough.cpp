@@ -20,6 +20,7 @@
 #include "tvlab/ref/microscaling.hpp"
 #include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/model_size.hpp"
+#include "tvlab/analysis/outlier_quant.hpp"
 #include "tvlab/analysis/qat.hpp"
 #include "tvlab/analysis/quant_error.hpp"
 
@@ -181,6 +182,22 @@ std::string low_rank_markdown() {
   return md.str();
 }
 
+// INT8 with outlier activation channels: W8A8, LLM.int8() and SmoothQuant on the same layer.
+std::string outliers_markdown() {
+  DTensor2 x, w;
+  analysis::outlier_example(x, w);
+  std::size_t outliers = 0;
+  const DTensor2 decomposed = analysis::llm_int8_product(x, w, 6.0, &outliers);
+  auto error = [&](const DTensor2& y) { return sci(analysis::relative_output_error(x, w, y), 2); };
+  std::vector<std::vector<std::string>> rows = {
+      {"W8A8, one scale per tensor", error(analysis::w8a8_product(x, w, analysis::Int8Scales::per_tensor))},
+      {"W8A8, vector-wise (per token, per output)", error(analysis::w8a8_product(x, w, analysis::Int8Scales::vector_wise))},
+      {"LLM.int8(), tau = 6 (" + std::to_string(outliers) + " of 256 channels in floating point)", error(decomposed)},
+      {"SmoothQuant, alpha = 0.5, then one scale per tensor", error(analysis::smoothquant_product(x, w, 0.5))},
+      {"SmoothQuant, alpha = 0.85", error(analysis::smoothquant_product(x, w, 0.85))}};
+  return markdown_table({"method", "relative error of X W"}, rows);
+}
+
 // PTQ against QAT on the linear-layer experiment (analysis::qat_experiment), at 4 and 2 bits.
 std::string qat_markdown() {
   std::vector<std::vector<std::string>> rows;
@@ -274,6 +291,9 @@ std::string markdown() {
      << affine_table(false) << "\nWith 1% of them multiplied by 20:\n\n"
      << affine_table(true) << '\n';
   md << "## Low rank and shared layers\n\n" << low_rank_markdown() << '\n';
+  md << "## Outlier activations\n\n"
+     << "Y = X W with X [64, 256] ~ N(0, 1) except 4 channels x 30, W [256, 256] ~ N(0, 1/256) (seed 850):\n\n"
+     << outliers_markdown() << '\n';
   md << "## PTQ and QAT\n\n"
      << "A linear layer [8, 32] fitted to y = W* x + noise with correlated inputs (seed 846); relative "
         "mean squared error on held-out data:\n\n"
