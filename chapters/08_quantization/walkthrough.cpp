@@ -18,6 +18,7 @@
 #include "tvlab/ref/gguf.hpp"
 #include "tvlab/ref/pruning.hpp"
 #include "tvlab/ref/microscaling.hpp"
+#include "tvlab/analysis/awq.hpp"
 #include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/model_size.hpp"
 #include "tvlab/analysis/outlier_quant.hpp"
@@ -198,6 +199,22 @@ std::string outliers_markdown() {
   return markdown_table({"method", "relative error of X W"}, rows);
 }
 
+// AWQ against round-to-nearest, weight-only INT4 in groups of 128, the scale exponent searched on
+// 128 calibration tokens, the error measured on 64 others.
+std::string awq_markdown() {
+  DTensor2 x, w;
+  analysis::outlier_example(x, w);
+  const DTensor2 calibration = analysis::outlier_activations(860, 128), held_out = analysis::outlier_activations(861, 64);
+  const analysis::AwqSearch search = analysis::awq_search(calibration, w, 128);
+  auto error = [&](double alpha) {
+    return sci(analysis::relative_output_error(held_out, w, analysis::awq_product(held_out, w, calibration, alpha, 128)), 2);
+  };
+  return markdown_table({"weights INT4, groups of 128", "relative error of X W (held-out tokens)"},
+                        {{"round to nearest (alpha = 0)", error(0.0)},
+                         {"AWQ, alpha = " + fixed(search.best_alpha, 2) + " (searched on the calibration tokens)",
+                          error(search.best_alpha)}});
+}
+
 // PTQ against QAT on the linear-layer experiment (analysis::qat_experiment), at 4 and 2 bits.
 std::string qat_markdown() {
   std::vector<std::vector<std::string>> rows;
@@ -293,7 +310,8 @@ std::string markdown() {
   md << "## Low rank and shared layers\n\n" << low_rank_markdown() << '\n';
   md << "## Outlier activations\n\n"
      << "Y = X W with X [64, 256] ~ N(0, 1) except 4 channels x 30, W [256, 256] ~ N(0, 1/256) (seed 850):\n\n"
-     << outliers_markdown() << '\n';
+     << outliers_markdown() << "\nWeight-only INT4 of the same layer, AWQ's search of its scale exponent:\n\n"
+     << awq_markdown() << '\n';
   md << "## PTQ and QAT\n\n"
      << "A linear layer [8, 32] fitted to y = W* x + noise with correlated inputs (seed 846); relative "
         "mean squared error on held-out data:\n\n"

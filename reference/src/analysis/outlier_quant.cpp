@@ -115,6 +115,16 @@ double relative_output_error(const DTensor2& x, const DTensor2& w, const DTensor
   return std::sqrt(err / ref);
 }
 
+DTensor2 outlier_activations(std::uint64_t seed, std::size_t tokens) {
+  require(tokens >= 1, "outlier_activations", "tokens (", tokens, ") must be at least 1");
+  Rng rng(seed);
+  DTensor2 x = DTensor2::from_shape({tokens, 256});
+  for (auto& v : x) v = rng.normal();
+  for (std::size_t j : {7, 51, 130, 201})
+    for (std::size_t i = 0; i < tokens; ++i) x(i, j) *= 30.0;
+  return x;
+}
+
 void outlier_example(DTensor2& x, DTensor2& w) {
   Rng rng(850);
   x = DTensor2::from_shape({64, 256});

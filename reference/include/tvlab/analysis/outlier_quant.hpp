@@ -17,6 +17,7 @@
 ///   which both quantize well with one scale per tensor.
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "tvlab/core/tensor.hpp"
@@ -54,6 +55,11 @@ DTensor2 smoothquant_product(const DTensor2& x, const DTensor2& w, double alpha)
 /// @ingroup ch08
 /// \f$ \lVert \hat Y - X W \rVert_F / \lVert X W \rVert_F \f$, X W in double.
 double relative_output_error(const DTensor2& x, const DTensor2& w, const DTensor2& y_hat);
+
+/// @ingroup ch08
+/// Activations `[tokens, 256]` ~ N(0, 1) with the example's 4 outlier channels (7, 51, 130, 201)
+/// multiplied by 30, from `seed`: more of the same distribution (AWQ's calibration and held-out sets).
+DTensor2 outlier_activations(std::uint64_t seed, std::size_t tokens);
 
 /// @ingroup ch08
 /// The chapter's example: X `[64, 256]` ~ N(0, 1) with 4 channels multiplied by 30 (seeded), W
