@@ -20,6 +20,7 @@
 #include "tvlab/ref/microscaling.hpp"
 #include "tvlab/analysis/awq.hpp"
 #include "tvlab/analysis/compression.hpp"
+#include "tvlab/analysis/incoherence.hpp"
 #include "tvlab/analysis/model_size.hpp"
 #include "tvlab/analysis/outlier_quant.hpp"
 #include "tvlab/analysis/qat.hpp"
@@ -215,6 +216,24 @@ std::string awq_markdown() {
                           error(search.best_alpha)}});
 }
 
+// Incoherence processing: weights with 0.5% outliers x 10, rounded per row directly and after the
+// randomized Hadamard rotation.
+std::string incoherence_markdown() {
+  Rng rng(871);
+  DTensor2 w = DTensor2::from_shape({128, 256});
+  for (auto& v : w) v = rng.normal() * (rng.uniform() < 0.005 ? 10.0 : 1.0);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : analysis::incoherence_table(w, {2, 3, 4, 8}, 7))
+    rows.push_back({std::to_string(r.bits), fixed(r.direct, 3), fixed(r.rotated, 3)});
+  std::ostringstream md;
+  md << "W [128, 256] ~ N(0, 1), 0.5% of it x 10: the largest entry is "
+     << fixed(analysis::coherence(w), 1) << " times the root mean square, "
+     << fixed(analysis::coherence(analysis::incoherent_rotation(w, 7, false)), 1)
+     << " after the rotation. Relative error of symmetric rounding with one scale per row:\n\n"
+     << markdown_table({"bits", "direct", "rotated (randomized Hadamard)"}, rows);
+  return md.str();
+}
+
 // PTQ against QAT on the linear-layer experiment (analysis::qat_experiment), at 4 and 2 bits.
 std::string qat_markdown() {
   std::vector<std::vector<std::string>> rows;
@@ -312,6 +331,7 @@ std::string markdown() {
      << "Y = X W with X [64, 256] ~ N(0, 1) except 4 channels x 30, W [256, 256] ~ N(0, 1/256) (seed 850):\n\n"
      << outliers_markdown() << "\nWeight-only INT4 of the same layer, AWQ's search of its scale exponent:\n\n"
      << awq_markdown() << '\n';
+  md << "## Incoherence processing\n\n" << incoherence_markdown() << '\n';
   md << "## PTQ and QAT\n\n"
      << "A linear layer [8, 32] fitted to y = W* x + noise with correlated inputs (seed 846); relative "
         "mean squared error on held-out data:\n\n"
