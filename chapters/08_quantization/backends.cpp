@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/cuda/block_quant.hpp"
 #include "tvlab/opt/block_quant.hpp"
 #include "tvlab/opt/quantized_gemv.hpp"
 #include "tvlab/ref/block_quant.hpp"
@@ -11,7 +12,7 @@
 namespace tvlab::quant {
 
 // Every implementation, in the order the lesson reads them: the reference, the optimized CPU
-// version, the student's (the exercised block functions and the FP8 encoder).
+// version, the CUDA kernels (dequantize and the product), the student's (the exercised block functions and the FP8 encoder).
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
       {.name = "ref",
@@ -27,6 +28,11 @@ const std::vector<Backend>& backends() {
        .quantize = [](const Tensor2& x, GgmlType type) { return opt::quantize(x, type); },
        .dequantize = [](const QuantizedMatrix& q) { return opt::dequantize(q); },
        .quantized_gemv = opt::quantized_gemv},
+      {.name = "cuda",
+       .kind = BackendKind::cuda,
+       .caps = {.needs_device = true},
+       .dequantize = [](const QuantizedMatrix& q) { return cuda::dequantize(q); },
+       .quantized_gemv = cuda::quantized_gemv},
       {.name = "student",
        .kind = BackendKind::student,
        .quantize_block_q8_0 = student::quantize_block_q8_0,

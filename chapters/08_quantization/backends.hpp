@@ -39,7 +39,7 @@ struct Backend {
   std::function<std::uint8_t(float)> fp8_encode_e4m3;
 };
 
-/// ref, opt, student.
+/// ref, opt, cuda, student.
 const std::vector<Backend>& backends();
 
 /// gtest prints a parameter through PrintTo: the backend's name, not its bytes.

@@ -1,4 +1,5 @@
-// Chapter 08, the quantized matrix-vector product over every backend of the registry: the same bits
+// Chapter 08, the quantized matrix-vector product over every backend of the registry (the CUDA
+// cases skip without a device, except the checks made before any device call): the same bits
 // as the reference (integer dots inside blocks, the float terms and their sum in one order), a tight
 // check against the double-precision dot of the dequantized operands, a loose one against the
 // original floats with the quantization error bounded from the operands, and bad input.
@@ -58,6 +59,7 @@ class QuantizedGemv : public ::testing::TestWithParam<std::tuple<Backend, GgmlTy
 // row (not a multiple of its eight), then a wide one.
 TEST_P(QuantizedGemv, bits_match_the_reference) {
   const auto& [backend, type] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{37, 13 * 32}, {9, 160 * 32}}) {
     const Problem p = problem(811 + rows, rows, cols, type);
     const Tensor1 got = backend.quantized_gemv(p.w, p.x), expected = ref::quantized_gemv(p.w, p.x);
@@ -75,6 +77,7 @@ TEST_P(QuantizedGemv, bits_match_the_reference) {
 // |terms|: |y - exact| <= (B + 1) u sum_b |term_b|.
 TEST_P(QuantizedGemv, equals_the_dot_of_the_dequantized_operands_to_float_rounding) {
   const auto& [backend, type] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   const std::size_t rows = 23, cols = 64 * 32, blocks = cols / 32;
   const Problem p = problem(812, rows, cols, type);
   const Tensor2 w_hat = ref::dequantize(p.w);
@@ -101,6 +104,7 @@ TEST_P(QuantizedGemv, equals_the_dot_of_the_dequantized_operands_to_float_roundi
 // triangle inequality, computed here in double from the operands), plus the float bound above.
 TEST_P(QuantizedGemv, stays_within_the_quantization_error_of_both_operands) {
   const auto& [backend, type] = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   const std::size_t rows = 11, cols = 32 * 32;
   const Problem p = problem(813, rows, cols, type);
   const Tensor2 w_hat = ref::dequantize(p.w);
