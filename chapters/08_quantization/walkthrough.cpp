@@ -18,6 +18,7 @@
 #include "tvlab/ref/gguf.hpp"
 #include "tvlab/ref/pruning.hpp"
 #include "tvlab/ref/microscaling.hpp"
+#include "tvlab/ref/nvfp4.hpp"
 #include "tvlab/analysis/awq.hpp"
 #include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/e8_lattice.hpp"
@@ -120,6 +121,8 @@ std::string microscaling_table() {
   for (ref::MxBlockFormat f : {ref::MxBlockFormat::mxfp8_e4m3, ref::MxBlockFormat::mxfp8_e5m2, ref::MxBlockFormat::mxfp4})
     rows.push_back({ref::mx_name(f), fixed(ref::mx_bits_per_element(f), 2), sci(ref::mx_round_trip_rmse(gaussian, f), 3),
                     sci(ref::mx_round_trip_rmse(with_outliers, f), 3)});
+  rows.push_back({"NVFP4 (E2M1, an E4M3 scale per 16, one float32 scale)", fixed(4.5, 2),
+                  sci(ref::nvfp4_round_trip_rmse(gaussian), 3), sci(ref::nvfp4_round_trip_rmse(with_outliers), 3)});
   for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0})
     rows.push_back({type_name(type), fixed(bits_per_weight(type), 2), sci(format_error(gaussian, type).rmse, 3),
                     sci(format_error(with_outliers, type).rmse, 3)});
@@ -336,7 +339,8 @@ std::string markdown() {
      << "256 x 1024 weights, N(0, 1), seed 808, and the same weights with 1% of them multiplied by 20:\n\n"
      << error_table() << '\n';
   md << "## Microscaling (MX) and the integer blocks\n\n"
-     << "The same weights in OCP MX v1.0 formats (an E8M0 power-of-two scale per 32 elements):\n\n"
+     << "The same weights in OCP MX v1.0 formats (an E8M0 power-of-two scale per 32 elements) and NVIDIA's "
+        "NVFP4:\n\n"
      << microscaling_table() << '\n';
   md << "## Affine quantization: bits, granularity, clipping\n\n"
      << "RMSE of symmetric quantization of the same weights, N(0, 1):\n\n"
