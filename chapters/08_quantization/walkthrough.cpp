@@ -12,7 +12,6 @@
 #include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/gguf.hpp"
@@ -154,11 +153,7 @@ std::string model_size_markdown() {
 // Low-rank factorisation of a random and of a structured matrix (rank 16 plus 1% noise), 128 x 128.
 std::string low_rank_markdown() {
   Rng rng(838);
-  DTensor2 random = DTensor2::from_shape({128, 128}), a = DTensor2::from_shape({128, 16}),
-           b = DTensor2::from_shape({16, 128});
-  for (auto& x : random) x = rng.normal();
-  for (auto& x : a) x = rng.normal();
-  for (auto& x : b) x = rng.normal();
+  const DTensor2 random = rng.normal_dmatrix(128, 128), a = rng.normal_dmatrix(128, 16), b = rng.normal_dmatrix(16, 128);
   DTensor2 structured = DTensor2::from_shape({128, 128});
   for (std::size_t i = 0; i < 128; ++i)
     for (std::size_t j = 0; j < 128; ++j) {
@@ -386,7 +381,7 @@ void step_through(const Tensor2& x, GgmlType type) {
   const QuantizedMatrix q = ref.quantize(block, type);
   // where the block keeps its fp16 super-scale d: first, except in Q6_K, which ends with it
   const std::size_t d_at = type == GgmlType::q6_K ? block_bytes(type) - 2 : 0;
-  const float d16 = fp16_bits_to_float(static_cast<std::uint16_t>(q.bytes[d_at] | q.bytes[d_at + 1] << 8));
+  const float d16 = read_fp16(q.bytes.data() + d_at);
   std::ostringstream scale;
   switch (type) {
     case GgmlType::q8_0: scale << "d = max|x| / 127 = " << fixed(amax, 4) << " / 127 = " << fixed(amax / 127.0, 6); break;

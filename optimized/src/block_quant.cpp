@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/block_quant.hpp"
 
@@ -24,14 +23,6 @@ using IntBatch = xsimd::batch<std::int32_t>;
 constexpr std::size_t kLanes = Batch::size;
 constexpr std::size_t kBatches = kBlock / kLanes;  // 2 with AVX-512, 4 with AVX2
 static_assert(kBlock % kLanes == 0, "a block is a whole number of SIMD registers");
-
-void store_fp16(float value, std::uint8_t* out) {
-  const std::uint16_t bits = float_to_fp16_bits(value);
-  out[0] = static_cast<std::uint8_t>(bits & 0xFF);
-  out[1] = static_cast<std::uint8_t>(bits >> 8);
-}
-
-float load_fp16(const std::uint8_t* in) { return fp16_bits_to_float(static_cast<std::uint16_t>(in[0] | (in[1] << 8))); }
 
 // The largest (or smallest) lane of a register: xsimd 8 has no horizontal max.
 template <class Pick>
@@ -93,11 +84,12 @@ void store_fifth_bits(const std::int32_t* q, std::uint8_t* out) {
   for (int b = 0; b < 4; ++b) out[b] = static_cast<std::uint8_t>(qh >> (8 * b));
 }
 
-void quantize_q8_0(const float* x, std::uint8_t* block) {
-  const Block blk(x);
-  const float d = blk.max_abs() / 127.0f;
+// Each takes the block already in registers and, where it needs it, its max |x|: the loop that
+// calls them has loaded and checked both.
+void quantize_q8_0(const Block& blk, float amax, std::uint8_t* block) {
+  const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  store_fp16(d, block);
+  write_fp16(d, block);
   for (std::size_t b = 0; b < kBatches; ++b) {
     // round half away from zero, as roundf: xsimd::round
     alignas(64) std::int32_t q[kLanes];
@@ -107,9 +99,7 @@ void quantize_q8_0(const float* x, std::uint8_t* block) {
 }
 
 // Q4_0 and Q5_0: d = x_max / -2^(bits-1), where x_max is the first element of largest magnitude.
-void quantize_symmetric(const float* x, int bits, std::uint8_t* block) {
-  const Block blk(x);
-  const float amax = blk.max_abs();
+void quantize_symmetric(const Block& blk, float amax, const float* x, int bits, std::uint8_t* block) {
   float x_max = 0.0f;
   for (std::size_t j = 0; j < kBlock && amax > 0.0f; ++j)
     if (std::fabs(x[j]) == amax) {
@@ -121,22 +111,21 @@ void quantize_symmetric(const float* x, int bits, std::uint8_t* block) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   alignas(64) std::int32_t q[kBlock];
   truncated_codes(blk, 0.0f, id, half + 0.5f, (1 << bits) - 1, q);
-  store_fp16(d, block);
+  write_fp16(d, block);
   if (bits == 5) store_fifth_bits(q, block + 2);
   pack_nibbles(q, block + (bits == 5 ? 6 : 2));
 }
 
 // Q4_1 and Q5_1: m = min, d = (max - min) / (2^bits - 1).
-void quantize_asymmetric(const float* x, int bits, std::uint8_t* block) {
-  const Block blk(x);
+void quantize_asymmetric(const Block& blk, int bits, std::uint8_t* block) {
   const float min = blk.min(), max = blk.max();
   const int top = (1 << bits) - 1;
   const float d = (max - min) / static_cast<float>(top);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   alignas(64) std::int32_t q[kBlock];
   truncated_codes(blk, min, id, 0.5f, top, q);
-  store_fp16(d, block);
-  store_fp16(min, block + 2);
+  write_fp16(d, block);
+  write_fp16(min, block + 2);
   if (bits == 5) store_fifth_bits(q, block + 4);
   pack_nibbles(q, block + (bits == 5 ? 8 : 4));
 }
@@ -155,7 +144,7 @@ void unpack_codes(const std::uint8_t* nibbles, const std::uint8_t* fifth, int of
 }
 
 void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
-  const float d = load_fp16(block);
+  const float d = read_fp16(block);
   alignas(64) float codes[kBlock];
   float m = 0.0f;
   bool with_min = false;
@@ -167,11 +156,11 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
     case GgmlType::q4_0: unpack_codes(block + 2, nullptr, 8, codes); break;
     case GgmlType::q5_0: unpack_codes(block + 6, block + 2, 16, codes); break;
     case GgmlType::q4_1:
-      m = load_fp16(block + 2), with_min = true;
+      m = read_fp16(block + 2), with_min = true;
       unpack_codes(block + 4, nullptr, 0, codes);
       break;
     case GgmlType::q5_1:
-      m = load_fp16(block + 2), with_min = true;
+      m = read_fp16(block + 2), with_min = true;
       unpack_codes(block + 8, block + 4, 0, codes);
       break;
     default: break;
@@ -202,25 +191,35 @@ QuantizedMatrix quantize(const Tensor2& x, GgmlType type) {
     std::uint8_t* row_out = q.row(static_cast<std::size_t>(r));
     for (std::size_t b = 0; b < q.cols / n; ++b) {
       const float* in = row_in + b * n;
-      bool usable = true;  // finite and within the range, 32 floats at a time
-      for (std::size_t k = 0; k < n; k += kBlock) {
-        const Block blk(in + k);
-        usable = usable && blk.finite() && blk.max_abs() <= limit;
+      std::uint8_t* out = row_out + b * block_bytes(type);
+      if (n != kBlock) {
+        // the K-quants: checked 32 floats at a time, then the reference's block code (its searches
+        // over scales are serial per sub-block)
+        bool usable = true;
+        for (std::size_t k = 0; k < n; k += kBlock) {
+          const Block part(in + k);
+          usable = usable && part.finite() && part.max_abs() <= limit;
+        }
+        if (!usable) {
+          all_finite = false;
+          break;
+        }
+        ref::quantize_block(type, in, out);
+        continue;
       }
-      if (!usable) {
+      // one load of the block's registers and one max for the check and the codes
+      const Block blk(in);
+      const float amax = blk.max_abs();
+      if (!blk.finite() || amax > limit) {
         all_finite = false;
         break;
       }
-      std::uint8_t* out = row_out + b * block_bytes(type);
       switch (type) {
-        case GgmlType::q8_0: quantize_q8_0(in, out); break;
-        case GgmlType::q4_0: quantize_symmetric(in, 4, out); break;
-        case GgmlType::q5_0: quantize_symmetric(in, 5, out); break;
-        case GgmlType::q4_1: quantize_asymmetric(in, 4, out); break;
-        case GgmlType::q5_1: quantize_asymmetric(in, 5, out); break;
-        // the K-quants: the reference's block code (its searches over scales are serial per sub-block)
-        case GgmlType::q4_K: ref::quantize_block_q4_k(in, out); break;
-        case GgmlType::q6_K: ref::quantize_block_q6_k(in, out); break;
+        case GgmlType::q8_0: quantize_q8_0(blk, amax, out); break;
+        case GgmlType::q4_0: quantize_symmetric(blk, amax, in, 4, out); break;
+        case GgmlType::q5_0: quantize_symmetric(blk, amax, in, 5, out); break;
+        case GgmlType::q4_1: quantize_asymmetric(blk, 4, out); break;
+        case GgmlType::q5_1: quantize_asymmetric(blk, 5, out); break;
         default: break;
       }
     }

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <vector>
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/quantized_gemv.hpp"
 
@@ -22,7 +21,12 @@ constexpr std::size_t kBlock = 32;
 constexpr std::size_t kGroup = 8;  // blocks reduced together
 constexpr std::size_t kRows = 4;   // rows whose sums run side by side
 
-float load_fp16(const std::uint8_t* in) { return fp16_bits_to_float(static_cast<std::uint16_t>(in[0] | (in[1] << 8))); }
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+#define TVLAB_Q4_0_PAIRS 1  // Q4_0 two blocks per 512-bit vpdpbusd (q4_0_pair_lanes)
+constexpr bool kQ4_0Pairs = true;
+#else
+constexpr bool kQ4_0Pairs = false;
+#endif
 
 // The activations, unpacked once per call: codes, scales as floats, and each block's code sum
 // (Q4_0's sumi = sum_j q_j x_j - 8 sum_j x_j).
@@ -33,7 +37,8 @@ struct Activations {
   std::vector<std::int8_t> paired;
   std::vector<float> scales;
   std::vector<std::int32_t> sums;
-  explicit Activations(const Tensor1& x) {
+  // `pairs`: also the paired order (Q4_0 on AVX-512 VNNI, the only user)
+  Activations(const Tensor1& x, bool pairs) {
     const std::vector<std::uint8_t> blocks = ref::quantize_activations_q8_0(x);
     const std::size_t n = x.size() / kBlock, bytes = block_bytes(GgmlType::q8_0);
     // padded to a whole group of blocks: the last group's loads stay inside, its extra terms unused
@@ -42,11 +47,12 @@ struct Activations {
     scales.assign(padded, 0.0f);
     sums.assign(padded, 0);
     for (std::size_t b = 0; b < n; ++b) {
-      scales[b] = load_fp16(blocks.data() + b * bytes);
+      scales[b] = read_fp16(blocks.data() + b * bytes);
       std::int32_t s = 0;
       for (std::size_t j = 0; j < kBlock; ++j) s += codes[b * kBlock + j] = static_cast<std::int8_t>(blocks[b * bytes + 2 + j]);
       sums[b] = s;
     }
+    if (!pairs) return;
     paired.assign(padded * kBlock, 0);
     for (std::size_t k = 0; k < padded; k += 2)
       for (std::size_t j = 0; j < kBlock / 2; ++j) {
@@ -95,8 +101,7 @@ inline __m256i totals_of_eight(const __m256i* v) {
 }
 #endif
 
-#if defined(__AVX512VNNI__) && defined(__AVX512F__)
-#define TVLAB_Q4_0_PAIRS 1
+#if defined(TVLAB_Q4_0_PAIRS)
 // Q4_0, two blocks in one 512-bit register: the nibbles of blocks k and k + 1 unpacked to
 // [low of k, low of k + 1, high of k, high of k + 1] (16 codes each), against the activations in the
 // same order (Activations::paired), one vpdpbusd for 64 byte products. Returns 8 lanes: the first 4
@@ -188,7 +193,7 @@ void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, con
       for (std::size_t j = 0; j < kBlock / 2; ++j) s += (wb[2 + j] & 0x0F) * x[j] + (wb[2 + j] >> 4) * x[j + kBlock / 2];
       s -= 8 * a.sums[b];
     }
-    const float sumi = static_cast<float>(s), d_w = load_fp16(wb), d_x = a.scales[b];
+    const float sumi = static_cast<float>(s), d_w = read_fp16(wb), d_x = a.scales[b];
     terms[b] = type == GgmlType::q8_0 ? sumi * (d_w * d_x) : sumi * d_w * d_x;
   }
 #endif
@@ -198,7 +203,7 @@ void block_terms(GgmlType type, const std::uint8_t* row, std::size_t blocks, con
 
 Tensor1 quantized_gemv(const QuantizedMatrix& w, const Tensor1& x) {
   ref::validate_quantized_gemv("quantized_gemv", w, x);
-  const Activations a(x);
+  const Activations a(x, kQ4_0Pairs && w.type == GgmlType::q4_0);
   const std::size_t blocks = w.cols / kBlock, groups = (w.rows + kRows - 1) / kRows;
   Tensor1 y = Tensor1::from_shape({w.rows});
 #pragma omp parallel

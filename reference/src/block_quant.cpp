@@ -5,24 +5,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 
 namespace tvlab::ref {
 namespace {
 
 constexpr std::size_t kBlock = 32;
-
-// fp16 numbers are stored little-endian, as ggml writes them on every machine it runs on.
-void store_fp16(float value, std::uint8_t* out) {
-  const std::uint16_t bits = float_to_fp16_bits(value);
-  out[0] = static_cast<std::uint8_t>(bits & 0xFF);
-  out[1] = static_cast<std::uint8_t>(bits >> 8);
-}
-
-float load_fp16(const std::uint8_t* in) {
-  return fp16_bits_to_float(static_cast<std::uint16_t>(in[0] | (in[1] << 8)));
-}
 
 void store_u32(std::uint32_t value, std::uint8_t* out) {
   for (int b = 0; b < 4; ++b) out[b] = static_cast<std::uint8_t>(value >> (8 * b));
@@ -240,14 +228,14 @@ void quantize_block_q8_0(const float* x, std::uint8_t* block) {
   for (std::size_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  store_fp16(d, block);
+  write_fp16(d, block);
   for (std::size_t j = 0; j < kBlock; ++j)
     block[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(x[j] * id)));
 }
 
 void quantize_block_q4_0(const float* x, std::uint8_t* block) {
   int q[kBlock];
-  store_fp16(symmetric_codes(x, 4, q), block);
+  write_fp16(symmetric_codes(x, 4, q), block);
   pack_nibbles(q, block + 2);
 }
 
@@ -255,14 +243,14 @@ void quantize_block_q4_1(const float* x, std::uint8_t* block) {
   int q[kBlock];
   float d = 0.0f, m = 0.0f;
   asymmetric_codes(x, 4, q, d, m);
-  store_fp16(d, block);
-  store_fp16(m, block + 2);
+  write_fp16(d, block);
+  write_fp16(m, block + 2);
   pack_nibbles(q, block + 4);
 }
 
 void quantize_block_q5_0(const float* x, std::uint8_t* block) {
   int q[kBlock];
-  store_fp16(symmetric_codes(x, 5, q), block);
+  write_fp16(symmetric_codes(x, 5, q), block);
   store_u32(fifth_bits(q), block + 2);
   pack_nibbles(q, block + 6);
 }
@@ -271,8 +259,8 @@ void quantize_block_q5_1(const float* x, std::uint8_t* block) {
   int q[kBlock];
   float d = 0.0f, m = 0.0f;
   asymmetric_codes(x, 5, q, d, m);
-  store_fp16(d, block);
-  store_fp16(m, block + 2);
+  write_fp16(d, block);
+  write_fp16(m, block + 2);
   store_u32(fifth_bits(q), block + 4);
   pack_nibbles(q, block + 8);
 }
@@ -313,12 +301,12 @@ void quantize_block_q4_k(const float* x, std::uint8_t* block) {
     }
   }
   // Step 3: the super-block scales d = max_scale / 63 and dmin = max_min / 63, stored in fp16
-  store_fp16(max_scale / 63.0f, block);
-  store_fp16(max_min / 63.0f, block + 2);
+  write_fp16(max_scale / 63.0f, block);
+  write_fp16(max_min / 63.0f, block + 2);
   // Step 4: the codes again, on the grid the stored numbers give: q = round((x + dmin m_j) / (d s_j)),
   // clamped to [0, 15]. A sub-block whose scale code is 0 keeps its codes from step 1 (they all
   // decode to -dmin m_j).
-  const float d = load_fp16(block), dmin = load_fp16(block + 2);
+  const float d = read_fp16(block), dmin = read_fp16(block + 2);
   for (std::size_t j = 0; j < kSubs; ++j) {
     int sc = 0, m = 0;
     q4_k_scale_min(j, packed, sc, m);
@@ -360,12 +348,12 @@ void quantize_block_q6_k(const float* x, std::uint8_t* block) {
   // Step 2: int8 scale codes s_j = min(127, round(iscale scale_j)) with iscale = -128 / max_scale
   // (the largest goes to -128, the end with one more step), and d = 1 / iscale in fp16
   const float iscale = -128.0f / max_scale;
-  store_fp16(1.0f / iscale, d_bytes);
+  write_fp16(1.0f / iscale, d_bytes);
   for (std::size_t j = 0; j < kSubs; ++j)
     sub_scales[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::min(127, round_half_even(iscale * scales[j]))));
   // Step 3: the codes again on the stored grid: q = round(x / (d s_j)) clamped to [-32, 31];
   // a sub-block whose scale code is 0 keeps its codes from step 1 (they decode to 0)
-  const float d = load_fp16(d_bytes);
+  const float d = read_fp16(d_bytes);
   for (std::size_t j = 0; j < kSubs; ++j) {
     const float step = d * static_cast<float>(static_cast<std::int8_t>(sub_scales[j]));
     if (step == 0.0f) continue;
@@ -386,33 +374,40 @@ void quantize_block_q6_k(const float* x, std::uint8_t* block) {
   }
 }
 
-void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
-  const float d = load_fp16(block);
+int block_code(GgmlType type, const std::uint8_t* block, std::size_t j) {
   switch (type) {
-    case GgmlType::q8_0:  // x^_j = d q_j
-      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
-      return;
-    case GgmlType::q4_0:  // x^_j = d (q_j - 8)
-      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(code(block + 2, nullptr, j) - 8);
-      return;
-    case GgmlType::q4_1: {  // x^_j = d q_j + m
-      const float m = load_fp16(block + 2);
-      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(code(block + 4, nullptr, j)) + m;
-      return;
-    }
-    case GgmlType::q5_0: {  // x^_j = d (q_j - 16)
+    case GgmlType::q8_0: return static_cast<std::int8_t>(block[2 + j]);
+    case GgmlType::q4_0: return code(block + 2, nullptr, j) - 8;
+    case GgmlType::q4_1: return code(block + 4, nullptr, j);
+    case GgmlType::q5_0: {
       const std::uint32_t qh = load_u32(block + 2);
-      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(code(block + 6, &qh, j) - 16);
-      return;
+      return code(block + 6, &qh, j) - 16;
     }
-    case GgmlType::q5_1: {  // x^_j = d q_j + m
-      const float m = load_fp16(block + 2);
+    case GgmlType::q5_1: {
       const std::uint32_t qh = load_u32(block + 4);
-      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(code(block + 8, &qh, j)) + m;
+      return code(block + 8, &qh, j);
+    }
+    default: break;
+  }
+  fail("block_code", "type (", type_name(type), ") is not one of the 32-weight block types");
+}
+
+void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
+  const float d = read_fp16(block);
+  switch (type) {
+    case GgmlType::q8_0:  // x^_j = d q_j, d (q_j - 8), d (q_j - 16): a product
+    case GgmlType::q4_0:
+    case GgmlType::q5_0:
+      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(block_code(type, block, j));
+      return;
+    case GgmlType::q4_1:  // x^_j = d q_j + m: a product, then a sum
+    case GgmlType::q5_1: {
+      const float m = read_fp16(block + 2);
+      for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(block_code(type, block, j)) + m;
       return;
     }
     case GgmlType::q4_K: {  // x^ = d s_j q - dmin m_j, q the nibble
-      const float dmin = load_fp16(block + 2);
+      const float dmin = read_fp16(block + 2);
       const std::uint8_t* qs = block + 16;
       for (std::size_t j = 0; j < kSuper / 32; ++j) {
         int sc = 0, m = 0;
@@ -428,7 +423,7 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
       return;
     }
     case GgmlType::q6_K: {  // x^ = d s_j (q - 32), q = low 4 bits | high 2 bits << 4
-      const float d6 = load_fp16(block + 208);
+      const float d6 = read_fp16(block + 208);
       const auto* sc = reinterpret_cast<const std::int8_t*>(block + 192);
       // half h, byte l < 32: the four elements e = l + 32 k (k = 0..3) of the layout's groups
       for (std::size_t h = 0; h < 2; ++h) {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <type_traits>
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/block_quant.hpp"
 
@@ -58,15 +58,20 @@ std::string tensor_size(const std::vector<std::uint64_t>& dims, GgmlType type, s
   return "";
 }
 
+// The unsigned integer of T's size: a value's bits, shifted byte by byte to or from the file.
+template <class T>
+using Bits = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                                std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                                   std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+
 // ------------------------------------------------------------------ writing
 
 struct ByteWriter {
   std::vector<std::uint8_t> out;
   template <class T>
   void put(T value) {  // little-endian, on every host
-    for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<std::uint8_t>(std::bit_cast<
-        std::conditional_t<sizeof(T) == 1, std::uint8_t, std::conditional_t<sizeof(T) == 2, std::uint16_t,
-        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>>(value) >> (8 * i)));
+    const auto bits = std::bit_cast<Bits<T>>(value);
+    for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<std::uint8_t>(bits >> (8 * i)));
   }
   void put_string(const std::string& s) {
     put<std::uint64_t>(s.size());
@@ -118,9 +123,7 @@ class ByteReader {
     std::uint64_t bits = 0;
     for (std::size_t i = 0; i < sizeof(T); ++i) bits |= static_cast<std::uint64_t>(bytes_[at_ + i]) << (8 * i);
     at_ += sizeof(T);
-    using U = std::conditional_t<sizeof(T) == 1, std::uint8_t, std::conditional_t<sizeof(T) == 2, std::uint16_t,
-              std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
-    return std::bit_cast<T>(static_cast<U>(bits));
+    return std::bit_cast<T>(static_cast<Bits<T>>(bits));
   }
 
   std::string get_string(const char* what) {
@@ -382,7 +385,7 @@ Tensor2 gguf_tensor_values(const GgufTensor& t) {
         for (int b = 0; b < 4; ++b) bits |= static_cast<std::uint32_t>(t.data[4 * i + b]) << (8 * b);
         y.data()[i] = std::bit_cast<float>(bits);
       } else {
-        y.data()[i] = fp16_bits_to_float(static_cast<std::uint16_t>(t.data[2 * i] | (t.data[2 * i + 1] << 8)));
+        y.data()[i] = read_fp16(t.data.data() + 2 * i);
       }
     return y;
   }

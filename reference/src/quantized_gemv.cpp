@@ -1,6 +1,5 @@
 #include "tvlab/ref/quantized_gemv.hpp"
 
-#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/block_quant.hpp"
 
@@ -8,18 +7,6 @@ namespace tvlab::ref {
 namespace {
 
 constexpr std::size_t kBlock = 32;
-
-float load_fp16(const std::uint8_t* in) {
-  return fp16_bits_to_float(static_cast<std::uint16_t>(in[0] | (in[1] << 8)));
-}
-
-// The weight code of element j: the int8 of Q8_0, or the nibble minus 8 of Q4_0 (element j in the
-// low half of byte j, element j + 16 in the high half).
-int weight_code(GgmlType type, const std::uint8_t* block, std::size_t j) {
-  if (type == GgmlType::q8_0) return static_cast<std::int8_t>(block[2 + j]);
-  const std::uint8_t byte = block[2 + j % (kBlock / 2)];
-  return (j < kBlock / 2 ? byte & 0x0F : byte >> 4) - 8;
-}
 
 }  // namespace
 
@@ -52,9 +39,9 @@ Tensor1 quantized_gemv(const QuantizedMatrix& w, const Tensor1& x) {
       const std::uint8_t* xb = xq.data() + b * x_bytes;
       // sumi = sum_j w_j x_j, exact in integers
       std::int32_t sumi = 0;
-      for (std::size_t j = 0; j < kBlock; ++j) sumi += weight_code(w.type, wb, j) * static_cast<std::int8_t>(xb[2 + j]);
+      for (std::size_t j = 0; j < kBlock; ++j) sumi += block_code(w.type, wb, j) * static_cast<std::int8_t>(xb[2 + j]);
       // the scales, once per block: sumi (d_w d_x) for Q8_0, (sumi d_w) d_x for Q4_0
-      const float d_w = load_fp16(wb), d_x = load_fp16(xb);
+      const float d_w = read_fp16(wb), d_x = read_fp16(xb);
       if (w.type == GgmlType::q8_0)
         sum += static_cast<float>(sumi) * (d_w * d_x);
       else

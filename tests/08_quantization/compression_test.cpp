@@ -19,16 +19,13 @@ namespace {
 
 using tvlab::testing::throws_error_naming;
 
-DTensor2 gaussian(unsigned long long seed, std::size_t m, std::size_t n) {
-  Rng rng(seed);
-  DTensor2 w = DTensor2::from_shape({m, n});
-  for (auto& x : w) x = rng.normal();
-  return w;
+DTensor2 normal_dmatrix(unsigned long long seed, std::size_t rows, std::size_t cols) {
+  return Rng(seed).normal_dmatrix(rows, cols);
 }
 
 // A matrix of rank 8 (a product of [m, 8] and [8, n] Gaussians) plus noise of 1/100 of its size.
 DTensor2 low_rank_plus_noise(unsigned long long seed, std::size_t m, std::size_t n) {
-  const DTensor2 a = gaussian(seed, m, 8), b = gaussian(seed + 1, 8, n), noise = gaussian(seed + 2, m, n);
+  const DTensor2 a = normal_dmatrix(seed, m, 8), b = normal_dmatrix(seed + 1, 8, n), noise = normal_dmatrix(seed + 2, m, n);
   DTensor2 w = DTensor2::from_shape({m, n});
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < n; ++j) {
@@ -42,7 +39,7 @@ DTensor2 low_rank_plus_noise(unsigned long long seed, std::size_t m, std::size_t
 // ||W - L R||_F^2 = sum_{i > r} sigma_i^2 (Eckart-Young), tall and wide, every rank.
 TEST(Ch08Compression, the_error_is_the_discarded_singular_values) {
   for (const auto& [m, n] : {std::pair<std::size_t, std::size_t>{30, 12}, {12, 30}}) {
-    const DTensor2 w = gaussian(830 + m, m, n);
+    const DTensor2 w = normal_dmatrix(830 + m, m, n);
     std::vector<std::size_t> ranks;
     for (std::size_t r = 1; r <= std::min(m, n); ++r) ranks.push_back(r);
     const auto table = low_rank_table(w, ranks);
@@ -61,7 +58,7 @@ TEST(Ch08Compression, the_error_is_the_discarded_singular_values) {
 
 // The factors: R's rows orthonormal, L's columns orthogonal with norms sigma_1..sigma_r.
 TEST(Ch08Compression, the_factors_are_the_singular_vectors) {
-  const DTensor2 w = gaussian(831, 20, 9);
+  const DTensor2 w = normal_dmatrix(831, 20, 9);
   const LowRankFactors f = low_rank_factors(w, 5);
   for (std::size_t a = 0; a < 5; ++a)
     for (std::size_t b = 0; b < 5; ++b) {
@@ -95,7 +92,7 @@ TEST(Ch08Compression, singular_values_by_hand) {
 // keeps about half at rank 32 of 64 (its singular values spread out: Marchenko-Pastur).
 TEST(Ch08Compression, structure_compresses_noise_does_not) {
   const auto structured = low_rank_table(low_rank_plus_noise(832, 64, 64), {4, 8, 32});
-  const auto random = low_rank_table(gaussian(833, 64, 64), {4, 8, 32});
+  const auto random = low_rank_table(normal_dmatrix(833, 64, 64), {4, 8, 32});
   EXPECT_GT(structured[0].relative_error, 0.1) << "rank 4 cannot hold a rank-8 matrix";
   EXPECT_LT(structured[1].relative_error, 0.02) << "rank 8 keeps all but the noise";
   EXPECT_GT(random[1].relative_error, 0.7);
@@ -103,7 +100,7 @@ TEST(Ch08Compression, structure_compresses_noise_does_not) {
 }
 
 TEST(Ch08Compression, bad_input_is_named) {
-  const DTensor2 w = gaussian(834, 6, 4);
+  const DTensor2 w = normal_dmatrix(834, 6, 4);
   EXPECT_TRUE(throws_error_naming([&] { low_rank_factors(w, 0); }, {"low_rank_factors", "rank (0)"}));
   EXPECT_TRUE(throws_error_naming([&] { low_rank_factors(w, 5); }, {"low_rank_factors", "rank (5)", "min(m, n) = 4"}));
   DTensor2 bad = w;

@@ -16,17 +16,14 @@ namespace {
 
 using tvlab::testing::throws_error_naming;
 
-DTensor2 gaussian(unsigned long long seed, std::size_t r, std::size_t c) {
-  Rng rng(seed);
-  DTensor2 m = DTensor2::from_shape({r, c});
-  for (auto& v : m) v = rng.normal();
-  return m;
+DTensor2 normal_dmatrix(unsigned long long seed, std::size_t rows, std::size_t cols) {
+  return Rng(seed).normal_dmatrix(rows, cols);
 }
 
 // A threshold below every |x| keeps every channel in floating point: the exact product. One above
 // every |x| keeps none: vector-wise W8A8.
 TEST(Ch08Outliers, llm_int8_is_exact_in_its_float_part) {
-  const DTensor2 x = gaussian(851, 5, 12), w = gaussian(852, 12, 7);
+  const DTensor2 x = normal_dmatrix(851, 5, 12), w = normal_dmatrix(852, 12, 7);
   std::size_t outliers = 0;
   const DTensor2 all_float = llm_int8_product(x, w, 1e-9, &outliers);
   EXPECT_EQ(outliers, 12u);
@@ -38,7 +35,7 @@ TEST(Ch08Outliers, llm_int8_is_exact_in_its_float_part) {
 
 // X diag(s)^-1 diag(s) W = X W for every alpha; s_j by the formula.
 TEST(Ch08Outliers, smoothing_factors_are_the_formula_and_cancel) {
-  const DTensor2 x = gaussian(853, 6, 10), w = gaussian(854, 10, 4);
+  const DTensor2 x = normal_dmatrix(853, 6, 10), w = normal_dmatrix(854, 10, 4);
   for (double alpha : {0.0, 0.5, 0.85, 1.0}) {
     const auto s = smoothing_factors(x, w, alpha);
     for (std::size_t j = 0; j < 10; ++j) {
@@ -73,9 +70,9 @@ TEST(Ch08Outliers, each_method_on_the_example) {
 }
 
 TEST(Ch08Outliers, bad_input_is_named) {
-  const DTensor2 x = gaussian(855, 3, 4), w = gaussian(856, 5, 2);
+  const DTensor2 x = normal_dmatrix(855, 3, 4), w = normal_dmatrix(856, 5, 2);
   EXPECT_TRUE(throws_error_naming([&] { w8a8_product(x, w, Int8Scales::per_tensor); }, {"w8a8_product", "x has 4 columns"}));
-  const DTensor2 w4 = gaussian(857, 4, 2);
+  const DTensor2 w4 = normal_dmatrix(857, 4, 2);
   EXPECT_TRUE(throws_error_naming([&] { llm_int8_product(x, w4, 0.0); }, {"llm_int8_product", "threshold (0)"}));
   EXPECT_TRUE(throws_error_naming([&] { smoothing_factors(x, w4, 1.5); }, {"smoothing_factors", "alpha (1.5)"}));
   DTensor2 bad = x;

@@ -37,7 +37,9 @@ TEST(Ch08Pruning, magnitude_pruning_removes_the_smallest_weights) {
       }
     }
     EXPECT_EQ(zeros, removed) << "sparsity " << s;
-    if (zeros > 0 && zeros < w.size()) EXPECT_LE(largest_removed, smallest_kept) << "sparsity " << s;
+    if (zeros > 0 && zeros < w.size()) {
+      EXPECT_LE(largest_removed, smallest_kept) << "sparsity " << s;
+    }
   }
 }
 
@@ -61,7 +63,9 @@ TEST(Ch08Pruning, two_of_every_four_and_the_product_that_skips_the_zeros) {
       EXPECT_EQ(kept, 2);
       std::sort(mags.begin(), mags.end());
       for (std::size_t p = 0; p < 4; ++p)  // the kept ones are the two largest
-        if (dense(r, 4 * g + p) != 0.0f) EXPECT_GE(std::fabs(w(r, 4 * g + p)), mags[2]);
+        if (dense(r, 4 * g + p) != 0.0f) {
+          EXPECT_GE(std::fabs(w(r, 4 * g + p)), mags[2]);
+        }
     }
   // the sparse product sums the same nonzero terms in the same order as the dense one, in double
   const Tensor2 xm = rng.normal_matrix(1, 24);

@@ -117,9 +117,7 @@ double relative_output_error(const DTensor2& x, const DTensor2& w, const DTensor
 
 DTensor2 outlier_activations(std::uint64_t seed, std::size_t tokens) {
   require(tokens >= 1, "outlier_activations", "tokens (", tokens, ") must be at least 1");
-  Rng rng(seed);
-  DTensor2 x = DTensor2::from_shape({tokens, 256});
-  for (auto& v : x) v = rng.normal();
+  DTensor2 x = Rng(seed).normal_dmatrix(tokens, 256);
   for (std::size_t j : {7, 51, 130, 201})
     for (std::size_t i = 0; i < tokens; ++i) x(i, j) *= 30.0;
   return x;
@@ -127,12 +125,11 @@ DTensor2 outlier_activations(std::uint64_t seed, std::size_t tokens) {
 
 void outlier_example(DTensor2& x, DTensor2& w) {
   Rng rng(850);
-  x = DTensor2::from_shape({64, 256});
-  w = DTensor2::from_shape({256, 256});
-  for (auto& v : x) v = rng.normal();
+  x = rng.normal_dmatrix(64, 256);
   for (std::size_t j : {7, 51, 130, 201})  // four systematic outlier channels
     for (std::size_t i = 0; i < 64; ++i) x(i, j) *= 30.0;
-  for (auto& v : w) v = rng.normal() / 16.0;
+  w = DTensor2::from_shape({256, 256});
+  for (auto& v : w) v = rng.normal() / 16.0;  // N(0, 1/256), divided as drawn
 }
 
 }  // namespace tvlab::analysis

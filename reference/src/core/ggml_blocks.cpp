@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "tvlab/core/dtype.hpp"
 #include "tvlab/core/error.hpp"
 
 namespace tvlab {
@@ -26,6 +27,16 @@ std::string type_name(GgmlType type) {
     case GgmlType::q6_K: return "Q6_K";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
+}
+
+float read_fp16(const std::uint8_t* bytes) {
+  return fp16_bits_to_float(static_cast<std::uint16_t>(bytes[0] | (bytes[1] << 8)));
+}
+
+void write_fp16(float value, std::uint8_t* bytes) {
+  const std::uint16_t bits = float_to_fp16_bits(value);
+  bytes[0] = static_cast<std::uint8_t>(bits & 0xFF);
+  bytes[1] = static_cast<std::uint8_t>(bits >> 8);
 }
 
 bool is_known_type(std::uint32_t number) {

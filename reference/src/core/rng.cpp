@@ -71,6 +71,13 @@ Tensor2 Rng::normal_matrix(std::size_t rows, std::size_t cols, double mean, doub
   return t;
 }
 
+DTensor2 Rng::normal_dmatrix(std::size_t rows, std::size_t cols, double mean, double stddev) {
+  checked_element_count("Rng::normal_dmatrix", {rows, cols});
+  DTensor2 t = DTensor2::from_shape({rows, cols});
+  for (auto& x : t) x = mean + stddev * normal();
+  return t;
+}
+
 Tensor3 Rng::normal_tensor(std::size_t a, std::size_t b, std::size_t c, double mean, double stddev) {
   checked_element_count("Rng::normal_tensor", {a, b, c});
   Tensor3 t = Tensor3::from_shape({a, b, c});

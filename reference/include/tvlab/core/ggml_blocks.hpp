@@ -84,6 +84,12 @@ double bits_per_weight(GgmlType type);
 /// True when `number` is one of the GgmlType values above.
 bool is_known_type(std::uint32_t number);
 
+/// The fp16 number stored little-endian at `bytes` (as ggml writes its scales on every machine).
+float read_fp16(const std::uint8_t* bytes);
+
+/// `value` rounded to fp16 (to nearest even) and stored little-endian at `bytes`.
+void write_fp16(float value, std::uint8_t* bytes);
+
 /// A matrix [rows, cols] in one of the formats: each row is cols / block_size blocks, rows one
 /// after the other, exactly as a GGUF file stores a 2-D tensor (ggml's dimension 0 is `cols`).
 struct QuantizedMatrix {

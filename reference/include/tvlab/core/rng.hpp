@@ -28,6 +28,8 @@ class Rng {
   Tensor1 normal_vector(std::size_t n, double mean = 0.0, double stddev = 1.0);
   Tensor2 normal_matrix(std::size_t rows, std::size_t cols, double mean = 0.0, double stddev = 1.0);
   Tensor3 normal_tensor(std::size_t a, std::size_t b, std::size_t c, double mean = 0.0, double stddev = 1.0);
+  /// The same in double (the oracles and experiments that compute in double).
+  DTensor2 normal_dmatrix(std::size_t rows, std::size_t cols, double mean = 0.0, double stddev = 1.0);
 
  private:
   std::uint64_t state_[4];

@@ -79,6 +79,12 @@ void quantize_block_q6_k(const float* x, std::uint8_t* block);
 void quantize_block(GgmlType type, const float* x, std::uint8_t* block);
 
 /// @ingroup ch08
+/// The integer code of element j (0 to 31) of a block of a 32-weight type, offset included: the
+/// int8 of Q8_0, \f$ q_j - 8 \f$ (Q4_0), \f$ q_j - 16 \f$ (Q5_0), \f$ q_j \f$ (Q4_1, Q5_1), so that the value
+/// is d times the code (plus m for the "_1" types). Errors: a type that is not a 32-weight block type.
+int block_code(GgmlType type, const std::uint8_t* block, std::size_t j);
+
+/// @ingroup ch08
 /// The block_size(type) values a block of `type` stands for: \f$ \hat x_j = d\,q_j \f$ (Q8_0),
 /// \f$ d\,(q_j - 8) \f$ (Q4_0), \f$ d\,q_j + m \f$ (Q4_1), \f$ d\,(q_j - 16) \f$ (Q5_0), \f$ d\,q_j + m \f$
 /// (Q5_1), \f$ d\, s_j\, q_i - d_{min}\, m_j \f$ (Q4_K), \f$ d\, s_j\, (q_i - 32) \f$ (Q6_K).
