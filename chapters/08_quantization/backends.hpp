@@ -20,7 +20,8 @@ namespace tvlab::quant {
 using QuantizeFn = std::function<QuantizedMatrix(const Tensor2& x, GgmlType type)>;
 /// The matrix the blocks stand for. (`ref::dequantize`'s contract.)
 using DequantizeFn = std::function<Tensor2(const QuantizedMatrix& q)>;
-/// y = W x with W in Q8_0 or Q4_0 and x quantized to Q8_0. (`ref::quantized_gemv`'s contract.)
+/// y = W x with W in Q8_0 or Q4_0 and x quantized to Q8_0, or W in Q4_K and x in Q8_K.
+/// (`ref::quantized_gemv`'s contract.)
 using GemvFn = std::function<Tensor1(const QuantizedMatrix& w, const Tensor1& x)>;
 /// One block of 32 floats into its bytes. (`ref::quantize_block_q8_0`'s contract, and Q4_0's.)
 using BlockFn = std::function<void(const float* x, std::uint8_t* block)>;

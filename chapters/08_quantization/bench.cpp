@@ -6,7 +6,7 @@
 // the floats read and the blocks written (quantize), the blocks read and the floats written
 // (dequantize); stream_scale measures what this machine's memory moves in the same run.
 //
-// The quantized matrix-vector product, y = W x with W in Q8_0 or Q4_0, on a decode step's shapes
+// The quantized matrix-vector product, y = W x with W in Q8_0, Q4_0 or Q4_K, on a decode step's shapes
 // (4096 x 4096, an attention projection; 4096 x 14336, LLaMA-3-8B's FFN down projection),
 // checked bit for bit against the reference, next to OpenBLAS's fp32 sgemv of the same W: GB/s
 // counts the weight bytes read (the vector is read once, 4 bytes per column), which is what
@@ -101,7 +101,7 @@ void register_benchmarks() {
   add_stream_scale({256 << 20});
   add_backends(quant::backends(), &quant::Backend::quantized_gemv, "quantized_gemv", gemv,
                [](benchmark::internal::Benchmark* b, const quant::Backend&) {
-                 for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0})
+                 for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_K})
                    for (std::int64_t cols : {4096, 14336})
                      b->Args({4096, cols, static_cast<std::int64_t>(type)});
                  b->ArgNames({"rows", "cols", "type"});

@@ -209,7 +209,8 @@ float fit_symmetric_scale(const float* x, std::size_t n, int nmax, std::uint8_t*
   return scale;
 }
 
-// Q4_K's 6-bit scale and min codes of sub-block j from the 12 packed bytes (ggml's get_scale_min_k4).
+}  // namespace
+
 void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m) {
   if (j < 4) {
     sc = packed[j] & 63;
@@ -219,8 +220,6 @@ void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m) 
     m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
   }
 }
-
-}  // namespace
 
 void quantize_block_q8_0(const float* x, std::uint8_t* block) {
   // d = max_j |x_j| / 127, q_j = round(x_j / d) (half away from zero), via id = 1 / d

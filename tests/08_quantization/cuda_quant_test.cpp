@@ -53,8 +53,9 @@ TEST(Ch08Cuda, cuda_fp8_conversion_matches_the_reference) {
 }
 
 TEST(Ch08Cuda, errors_come_before_any_device_call) {
-  const QuantizedMatrix k_quant = ref::quantize(xt::ones<float>({std::size_t{1}, std::size_t{256}}), GgmlType::q4_K);
-  EXPECT_TRUE(throws_error_naming([&] { cuda::dequantize(k_quant); }, {"dequantize", "Q4_K", "K-quant"}));
+  QuantizedMatrix truncated = ref::quantize(xt::ones<float>({std::size_t{1}, std::size_t{256}}), GgmlType::q4_K);
+  truncated.bytes.pop_back();
+  EXPECT_TRUE(throws_error_naming([&] { cuda::dequantize(truncated); }, {"dequantize", "q.bytes"}));
   const QuantizedMatrix w = ref::quantize(xt::ones<float>({std::size_t{2}, std::size_t{64}}), GgmlType::q4_0);
   EXPECT_TRUE(throws_error_naming([&] { cuda::quantized_gemv(w, Tensor1::from_shape({32})); },
                                   {"quantized_gemv", "x has 32 values"}));

@@ -12,8 +12,8 @@ namespace tvlab::cuda {
 
 Tensor2 dequantize(const QuantizedMatrix& q) {
   ref::validate_dequantize("dequantize", q);
-  require(block_size(q.type) == 32, "dequantize", "q.type (", type_name(q.type),
-          ") is a K-quant: the CUDA kernels dequantize Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1");
+  require(block_size(q.type) == 32 || q.type == GgmlType::q4_K || q.type == GgmlType::q6_K, "dequantize", "q.type (",
+          type_name(q.type), ") has no CUDA kernel: they dequantize Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K");
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
   DeviceBuffer<std::uint8_t> blocks(q.bytes.data(), q.bytes.size());
   DeviceBuffer<float> out(y.size());
@@ -24,7 +24,8 @@ Tensor2 dequantize(const QuantizedMatrix& q) {
 
 Tensor1 quantized_gemv(const QuantizedMatrix& w, const Tensor1& x) {
   ref::validate_quantized_gemv("quantized_gemv", w, x);
-  const std::vector<std::uint8_t> x_blocks = ref::quantize_activations_q8_0(x);
+  const std::vector<std::uint8_t> x_blocks =
+      w.type == GgmlType::q4_K ? ref::quantize_activations_q8_k(x) : ref::quantize_activations_q8_0(x);
   Tensor1 y = Tensor1::from_shape({w.rows});
   DeviceBuffer<std::uint8_t> weights(w.bytes.data(), w.bytes.size()), activations(x_blocks.data(), x_blocks.size());
   DeviceBuffer<float> out(w.rows);

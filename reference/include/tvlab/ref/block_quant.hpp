@@ -70,6 +70,11 @@ void quantize_block_q5_1(const float* x, std::uint8_t* block);
 /// bytes of 6-bit scale and min codes, the 128 bytes of nibbles (ggml's quantize_row_q4_K_ref).
 void quantize_block_q4_k(const float* x, std::uint8_t* block);
 /// @ingroup ch08
+/// Q4_K's 6-bit scale code `sc` and min code `m` of sub-block j (0..7) from the 12 packed bytes
+/// (ggml's `get_scale_min_k4`): for j < 4 the low 6 bits of bytes j and j + 4; for j >= 4 the nibbles
+/// of byte j + 4 below the top 2 bits of bytes j - 4 and j.
+void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m);
+/// @ingroup ch08
 /// One super-block of 256 floats into block_bytes(Q6_K) = 210 bytes: 128 bytes of low 4 bits,
 /// 64 of high 2 bits, 16 int8 scale codes, fp16 d (ggml's quantize_row_q6_K_ref).
 void quantize_block_q6_k(const float* x, std::uint8_t* block);

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Chapter 08 on the GPU, host tensors in and out: dequantizing ggml's 32-weight block formats, the
-/// quantized matrix–vector product, and FP8 conversion by the CUDA intrinsics. The same results as
+/// Chapter 08 on the GPU, host tensors in and out: dequantizing ggml's block formats, the quantized
+/// matrix–vector product, and FP8 conversion by the CUDA intrinsics. The same results as
 /// `tvlab::ref`, bit for bit: every product and sum that decides a value is written with the
 /// round-to-nearest intrinsics (`__fmul_rn`, `__fadd_rn`), which nvcc never fuses into an FMA.
 
@@ -15,14 +15,16 @@
 namespace tvlab::cuda {
 
 /// @ingroup ch08
-/// `ref::dequantize` for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: one thread per weight. The K-quants are
-/// refused by name (their kernels are not written).
+/// `ref::dequantize` for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K: one thread per weight, which
+/// reads its block's scales (a K-quant's sub-block scale from the packed 6-bit codes) and its code.
+/// Other types are refused by name.
 Tensor2 dequantize(const QuantizedMatrix& q);
 
 /// @ingroup ch08
-/// `ref::quantized_gemv` (Q8_0 or Q4_0 weights, x quantized to Q8_0 on the host as the reference
-/// does): one warp per row, each lane the integer dot of one block, the 32 lanes' float terms then
-/// added in block order by lane 0, the reference's order.
+/// `ref::quantized_gemv` (Q8_0 or Q4_0 weights with x quantized to Q8_0 on the host as the
+/// reference does, or Q4_K with x in Q8_K): one warp per row, each lane the integer dot of one block
+/// (a Q4_K super-block's S and M), the 32 lanes' float terms then added in block order by lane 0,
+/// the reference's order.
 Tensor1 quantized_gemv(const QuantizedMatrix& w, const Tensor1& x);
 
 /// @ingroup ch08
