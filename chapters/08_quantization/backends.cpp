@@ -2,6 +2,7 @@
 
 #include "tvlab/cuda/block_quant.hpp"
 #include "tvlab/opt/block_quant.hpp"
+#include "tvlab/opt/pruning.hpp"
 #include "tvlab/opt/quantized_gemv.hpp"
 #include "tvlab/ref/block_quant.hpp"
 #include "tvlab/ref/fp8.hpp"
@@ -22,12 +23,14 @@ const std::vector<Backend>& backends() {
        .quantized_gemv = ref::quantized_gemv,
        .quantize_block_q8_0 = ref::quantize_block_q8_0,
        .quantize_block_q4_0 = ref::quantize_block_q4_0,
-       .fp8_encode_e4m3 = [](float x) { return ref::fp8_encode(x, ref::Fp8Format::e4m3, ref::Overflow::saturate); }},
+       .fp8_encode_e4m3 = [](float x) { return ref::fp8_encode(x, ref::Fp8Format::e4m3, ref::Overflow::saturate); },
+       .sparse_2_4_gemv = ref::sparse_2_4_gemv},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .quantize = [](const Tensor2& x, GgmlType type) { return opt::quantize(x, type); },
        .dequantize = [](const QuantizedMatrix& q) { return opt::dequantize(q); },
-       .quantized_gemv = opt::quantized_gemv},
+       .quantized_gemv = opt::quantized_gemv,
+       .sparse_2_4_gemv = opt::sparse_2_4_gemv},
       {.name = "cuda",
        .kind = BackendKind::cuda,
        .caps = {.needs_device = true},

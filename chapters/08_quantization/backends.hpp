@@ -13,6 +13,7 @@
 #include "../common/backend.hpp"
 #include "tvlab/core/ggml_blocks.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/pruning.hpp"
 
 namespace tvlab::quant {
 
@@ -25,6 +26,8 @@ using DequantizeFn = std::function<Tensor2(const QuantizedMatrix& q)>;
 using GemvFn = std::function<Tensor1(const QuantizedMatrix& w, const Tensor1& x)>;
 /// One block of 32 floats into its bytes. (`ref::quantize_block_q8_0`'s contract, and Q4_0's.)
 using BlockFn = std::function<void(const float* x, std::uint8_t* block)>;
+/// y = S x for a 2:4-sparse S, touching only the kept values. (`ref::sparse_2_4_gemv`'s contract.)
+using Sparse24GemvFn = std::function<Tensor1(const ref::Sparse24& s, const Tensor1& x)>;
 
 struct Backend {
   std::string name;
@@ -38,6 +41,7 @@ struct Backend {
   /// A float's FP8 E4M3 code, saturating (`ref::fp8_encode(x, e4m3, saturate)`'s contract; exercise
   /// 08.3; empty: not provided).
   std::function<std::uint8_t(float)> fp8_encode_e4m3;
+  Sparse24GemvFn sparse_2_4_gemv;  ///< the 2:4-sparse product (empty: not provided)
 };
 
 /// ref, opt, cuda, student.

@@ -10,7 +10,8 @@
 // (4096 x 4096, an attention projection; 4096 x 14336, LLaMA-3-8B's FFN down projection),
 // checked bit for bit against the reference, next to OpenBLAS's fp32 sgemv of the same W: GB/s
 // counts the weight bytes read (the vector is read once, 4 bytes per column), which is what
-// bounds a decode step.
+// bounds a decode step. The 2:4-sparse product of a pruned weight of the same shapes reads the
+// kept half of the values and a byte of position for each.
 //
 //   build/default/chapters/bench_08_quantization --benchmark_counters_tabular=true
 
@@ -94,6 +95,34 @@ void gemv(benchmark::State& state, const quant::Backend& backend) {
   state.SetLabel(type_name(type));
 }
 
+// A 2:4-pruned Gaussian weight of a GEMV shape (made once) and its product; GB/s counts the bytes
+// the kept values and their positions take (2.5 per dense weight), to compare with sgemv's 4.
+const ref::Sparse24& sparse_weights(std::size_t rows, std::size_t cols) {
+  static std::map<std::pair<std::size_t, std::size_t>, ref::Sparse24> held;
+  auto it = held.find({rows, cols});
+  if (it == held.end()) {
+    Rng rng(91 + rows + cols);
+    it = held.emplace(std::make_pair(rows, cols), ref::prune_2_4(rng.normal_matrix(rows, cols, 0.0, 0.02))).first;
+  }
+  return it->second;
+}
+
+// args: rows, cols.
+void sparse_gemv(benchmark::State& state, const quant::Backend& backend) {
+  const auto rows = static_cast<std::size_t>(state.range(0)), cols = static_cast<std::size_t>(state.range(1));
+  const ref::Sparse24& s = sparse_weights(rows, cols);
+  Rng rng(92);
+  const Tensor2 x_row = rng.normal_matrix(1, cols);
+  Tensor1 x = Tensor1::from_shape({cols});
+  std::copy(x_row.begin(), x_row.end(), x.begin());
+  // float sums in another order than the reference's double one: a relative tolerance
+  if (!validate(state, backend.sparse_2_4_gemv(s, x), reference_backend(quant::backends()).sparse_2_4_gemv(s, x),
+                {1e-4, 1e-4}))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(backend.sparse_2_4_gemv(s, x));
+  set_bytes(state, static_cast<double>(s.values.size() * sizeof(float) + s.positions.size()));
+}
+
 }  // namespace
 
 void register_benchmarks() {
@@ -105,6 +134,11 @@ void register_benchmarks() {
                    for (std::int64_t cols : {4096, 14336})
                      b->Args({4096, cols, static_cast<std::int64_t>(type)});
                  b->ArgNames({"rows", "cols", "type"});
+               });
+  add_backends(quant::backends(), &quant::Backend::sparse_2_4_gemv, "sparse_2_4_gemv", sparse_gemv,
+               [](benchmark::internal::Benchmark* b, const quant::Backend&) {
+                 for (std::int64_t cols : {4096, 14336}) b->Args({4096, cols});
+                 b->ArgNames({"rows", "cols"});
                });
   add_stream_scale({16 << 20});
   for (GgmlType type : quantized_types()) {

@@ -64,12 +64,22 @@ Sparse24 prune_2_4(const Tensor2& w) {
   return s;
 }
 
-Tensor2 densify(const Sparse24& s) {
-  require(s.cols % 4 == 0 && s.values.size() == s.rows * s.cols / 2 && s.positions.size() == s.values.size(), "densify",
+void validate_sparse_2_4(const char* function, const Sparse24& s) {
+  require(s.cols % 4 == 0 && s.values.size() == s.rows * s.cols / 2 && s.positions.size() == s.values.size(), function,
           "s is malformed: ", s.values.size(), " values and ", s.positions.size(), " positions for ", s.rows, " x ", s.cols);
+  for (std::size_t i = 0; i < s.values.size(); i += 2) {
+    require(s.positions[i] < 4 && s.positions[i + 1] < 4, function, "s.positions[", i, "..", i + 1, "] = ",
+            int(s.positions[i]), ", ", int(s.positions[i + 1]), ": a position is not 0 to 3");
+    require(s.positions[i] < s.positions[i + 1], function, "s.positions[", i, "..", i + 1, "] = ", int(s.positions[i]), ", ",
+            int(s.positions[i + 1]), ": a group's two positions must increase");
+  }
+  require_finite(function, "s.values", s.values);
+}
+
+Tensor2 densify(const Sparse24& s) {
+  validate_sparse_2_4("densify", s);
   Tensor2 out = xt::zeros<float>({s.rows, s.cols});
   for (std::size_t i = 0; i < s.values.size(); ++i) {
-    require(s.positions[i] < 4, "densify", "position ", static_cast<int>(s.positions[i]), " (index ", i, ") is not 0 to 3");
     const std::size_t group = i / 2, r = group / (s.cols / 4), g = group % (s.cols / 4);
     out(r, 4 * g + s.positions[i]) = s.values[i];
   }
@@ -78,7 +88,7 @@ Tensor2 densify(const Sparse24& s) {
 
 Tensor1 sparse_2_4_gemv(const Sparse24& s, const Tensor1& x) {
   const char* fn = "sparse_2_4_gemv";
-  densify(s);  // the structure's checks
+  validate_sparse_2_4(fn, s);
   require(x.size() == s.cols, fn, "x has ", x.size(), " values, expected s.cols = ", s.cols);
   require_finite(fn, "x", x);
   Tensor1 y = Tensor1::from_shape({s.rows});

@@ -42,7 +42,13 @@ struct Sparse24 {
 Sparse24 prune_2_4(const Tensor2& w);
 
 /// @ingroup ch08
-/// The dense matrix a 2:4 matrix stands for (zeros where nothing was kept).
+/// The checks of a 2:4 matrix, public so that every product rejects the same input with the same
+/// message: cols a multiple of 4, rows * cols / 2 values and as many positions, each group's two
+/// positions in 0–3 and increasing, finite values.
+void validate_sparse_2_4(const char* function, const Sparse24& s);
+/// @ingroup ch08
+/// The dense matrix a 2:4 matrix stands for (zeros where nothing was kept). Errors: a malformed s
+/// (`validate_sparse_2_4`).
 Tensor2 densify(const Sparse24& s);
 
 /// @ingroup ch08
