@@ -12,8 +12,8 @@
 /// to the embedding.
 ///
 /// **llama.cpp's quantization mixes.** A GGUF file "Q4_K_M" is not 4.5 bits everywhere: llama.cpp's
-/// `llama_tensor_get_type_impl` (src/llama-quant.cpp, ggml-org/llama.cpp at commit 007dbbf3; the same
-/// rules as the older `llama_tensor_get_type` in llama.cpp) picks each tensor's type from the file
+/// `llama_tensor_get_type_impl` (src/llama-quant.cpp, ggml-org/llama.cpp at commit 007dbbf3; in older
+/// versions `llama_tensor_get_type` in llama.cpp) picks each tensor's type from the file
 /// type, its role and its layer. For a dense LLaMA-architecture decoder (LLaMA 2 and 3, Mistral)
 /// and the mixes here, the rules that apply are, in the source's words:
 /// - the base type (`llama_ftype_get_default_type`): Q4_K for Q4_K_S and Q4_K_M, Q5_K for Q5_K_M,
