@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "../common/backend_run.hpp"
@@ -148,6 +149,43 @@ std::string model_size_markdown() {
   return markdown_table({"model", "parameters (billions)", "FP16, GB", "Q8_0, GB", "Q4_0, GB",
                          "attention INT8 + FFN INT4, GB"},
                         rows);
+}
+
+// llama.cpp's quantization mixes (llama-quantize's file types): every tensor's type by its rules,
+// the file's tensor bytes in GiB and the bits per weight of the whole model.
+std::string llama_cpp_mix_markdown() {
+  const analysis::KQuantMix mixes[] = {analysis::KQuantMix::q4_0, analysis::KQuantMix::q4_K_S, analysis::KQuantMix::q4_K_M,
+                                       analysis::KQuantMix::q5_K_M, analysis::KQuantMix::q6_K, analysis::KQuantMix::q8_0};
+  std::vector<std::string> header = {"model"};
+  for (analysis::KQuantMix mix : mixes) header.push_back(analysis::mix_name(mix) + ", GiB / bpw");
+  std::vector<std::vector<std::string>> rows;
+  for (const analysis::DecoderShape& shape : analysis::decoder_shapes()) {
+    std::vector<std::string> row = {shape.name};
+    for (analysis::KQuantMix mix : mixes) {
+      const analysis::MixSize size = analysis::mix_size(shape, mix);
+      row.push_back(fixed(size.gib(), 2) + " / " + fixed(size.bits_per_weight(), 2));
+    }
+    rows.push_back(row);
+  }
+  // which tensors get more bits in LLaMA-2 7B's Q4_K_M and Q4_K_S: count them by type and kind
+  std::ostringstream which;
+  for (analysis::KQuantMix mix : {analysis::KQuantMix::q4_K_S, analysis::KQuantMix::q4_K_M}) {
+    std::map<std::string, std::map<std::string, int>> count;  // type -> kind -> tensors
+    for (const analysis::TensorType& t : analysis::llama_cpp_tensor_types(analysis::decoder_shape("llama-2-7b"), mix)) {
+      const std::string kind = t.name.rfind("blk.", 0) == 0 ? t.name.substr(t.name.find('.', 4) + 1) : t.name;
+      ++count[t.type][kind.substr(0, kind.rfind(".weight"))];
+    }
+    which << "- " << analysis::mix_name(mix) << ":";
+    for (const auto& [type, kinds] : count) {
+      if (type == "F32") continue;
+      which << " " << type << " (";
+      bool first = true;
+      for (const auto& [kind, n] : kinds) which << (first ? "" : ", ") << n << " " << kind, first = false;
+      which << ");";
+    }
+    which << " norms in F32\n";
+  }
+  return markdown_table(header, rows) + "\nLLaMA-2 7B's tensors by type:\n\n" + which.str();
 }
 
 // Low-rank factorisation of a random and of a structured matrix (rank 16 plus 1% noise), 128 x 128.
@@ -330,6 +368,9 @@ std::string markdown() {
      << "From each model's config (weight matrices at the precision named, embedding, output layer and "
         "norms in FP16):\n\n"
      << model_size_markdown() << '\n';
+  md << "## llama.cpp's quantization mixes\n\n"
+     << "Every tensor at the type llama-quantize's rules give it (tensor bytes only, no metadata):\n\n"
+     << llama_cpp_mix_markdown() << '\n';
   md << "## The block formats' error on the same data\n\n"
      << "256 x 1024 weights, N(0, 1), seed 808, and the same weights with 1% of them multiplied by 20:\n\n"
      << error_table() << '\n';
