@@ -4,6 +4,7 @@
 // results.md (the documents' sizes, bits per weight, the error of every format on the same data).
 
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -15,10 +16,12 @@
 #include "backends.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/ref/block_quant.hpp"
 #include "tvlab/ref/gguf.hpp"
-#include "tvlab/ref/pruning.hpp"
 #include "tvlab/ref/microscaling.hpp"
 #include "tvlab/ref/nvfp4.hpp"
+#include "tvlab/ref/pruning.hpp"
+#include "tvlab/ref/quantized_gemv.hpp"
 #include "tvlab/analysis/awq.hpp"
 #include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/e8_lattice.hpp"
@@ -36,6 +39,7 @@ struct Options : StandardOptions {
   std::string type = "Q4_0";
   std::string gguf;        ///< a GGUF file to list (and, with --dump, to dequantize)
   std::string write_gguf;  ///< where to write the demonstration GGUF file
+  bool gemv = false;       ///< run the quantized product y = W x instead of quantize / dequantize
 };
 
 // ------------------------------------------------------------------ the documents' numbers
@@ -463,6 +467,86 @@ void step_through(const Tensor2& x, GgmlType type) {
   print_matrix(std::cout, "x - x^", Tensor2(block - back));
 }
 
+// The product's first term, row 0 against block 0 of x, then the row's sum, in the reference's order.
+void step_through_gemv(const QuantizedMatrix& w, const Tensor1& x) {
+  const bool k_quant = w.type == GgmlType::q4_K;
+  const std::size_t n = block_size(w.type);
+  const std::uint8_t* wb = w.row(0);
+  print_step(std::cout, 1, "row 0's first block of W, " + type_name(w.type) + ": its " + std::to_string(n) +
+                               " integer codes" + (k_quant ? " q (0..15), in 8 sub-blocks of 32" : ""));
+  std::vector<int> w_codes(n);
+  for (std::size_t l = 0; l < n; ++l) {
+    if (!k_quant) {
+      w_codes[l] = ref::block_code(w.type, wb, l);
+      continue;
+    }
+    const std::uint8_t nibbles = wb[16 + 32 * (l / 64) + l % 32];
+    w_codes[l] = (l / 32) % 2 == 0 ? nibbles & 0x0F : nibbles >> 4;
+  }
+  const auto print_codes = [](const std::vector<int>& codes, std::size_t count) {
+    std::cout << "  ";
+    for (std::size_t l = 0; l < count; ++l) std::cout << codes[l] << (l + 1 < count ? (l % 32 == 31 ? "\n  " : " ") : "\n");
+  };
+  print_codes(w_codes, std::min<std::size_t>(n, 64));
+  if (n > 64) std::cout << "  ... (" << n - 64 << " more)\n";
+  const std::vector<std::uint8_t> xq = k_quant ? ref::quantize_activations_q8_k(x) : ref::quantize_activations_q8_0(x);
+  std::vector<int> x_codes(n);
+  for (std::size_t l = 0; l < n; ++l) x_codes[l] = static_cast<std::int8_t>(xq[(k_quant ? 4 : 2) + l]);
+  float d_x = 0.0f;
+  if (k_quant) {
+    std::uint32_t bits = 0;
+    for (int i = 0; i < 4; ++i) bits |= static_cast<std::uint32_t>(xq[i]) << (8 * i);
+    std::memcpy(&d_x, &bits, 4);
+  } else {
+    d_x = read_fp16(xq.data());
+  }
+  print_step(std::cout, 2, std::string("x's first ") + (k_quant ? "Q8_K super-block" : "Q8_0 block") + ": d_x = " +
+                               fixed(d_x, 6) + (k_quant ? " (float32, x_max / -127)" : " (fp16, max|x| / 127)") +
+                               ", int8 codes");
+  print_codes(x_codes, std::min<std::size_t>(n, 64));
+  if (n > 64) std::cout << "  ... (" << n - 64 << " more)\n";
+  float term = 0.0f;
+  if (!k_quant) {
+    long long sumi = 0;
+    for (std::size_t l = 0; l < n; ++l) sumi += static_cast<long long>(w_codes[l]) * x_codes[l];
+    const float d_w = read_fp16(wb);
+    print_step(std::cout, 3, "the integer dot sumi = sum_j w_j x_j = " + std::to_string(sumi) + " (exact)");
+    term = w.type == GgmlType::q8_0 ? static_cast<float>(sumi) * (d_w * d_x) : static_cast<float>(sumi) * d_w * d_x;
+    print_step(std::cout, 4, "the block's float term: sumi " +
+                                 std::string(w.type == GgmlType::q8_0 ? "(d_w d_x)" : "d_w d_x") + " with d_w = " +
+                                 fixed(d_w, 6) + ": " + fixed(term, 6));
+  } else {
+    long long scaled = 0, offsets = 0;
+    std::ostringstream subs;
+    for (std::size_t j = 0; j < 8; ++j) {
+      int sc = 0, m = 0;
+      ref::q4_k_scale_min(j, wb + 4, sc, m);
+      long long dot = 0, x_sum = 0;
+      for (std::size_t l = 32 * j; l < 32 * (j + 1); ++l) dot += static_cast<long long>(w_codes[l]) * x_codes[l], x_sum += x_codes[l];
+      scaled += sc * dot;
+      offsets += m * x_sum;
+      subs << "  sub-block " << j << ": s = " << sc << ", m = " << m << ", sum q x = " << dot << ", sum x = " << x_sum << "\n";
+    }
+    print_step(std::cout, 3, "per sub-block: its 6-bit scale s and min m, the integer dot and the codes' sum");
+    std::cout << subs.str();
+    print_step(std::cout, 4, "S = sum_j s_j (sum q x) = " + std::to_string(scaled) + ", M = sum_j m_j (sum x) = " +
+                                 std::to_string(offsets) + " (exact)");
+    const float d = read_fp16(wb), dmin = read_fp16(wb + 2);
+    const float plus = d * d_x * static_cast<float>(scaled), minus = dmin * d_x * static_cast<float>(offsets);
+    term = plus - minus;
+    print_step(std::cout, 5, "the two float terms: (d d_x) S = " + fixed(plus, 6) + " with d = " + fixed(d, 6) +
+                                 ", (dmin d_x) M = " + fixed(minus, 6) + " with dmin = " + fixed(dmin, 6));
+  }
+  // the whole row, and what the codes stand for in double
+  const Tensor1 y = ref::quantized_gemv(w, x);
+  const Tensor2 w_hat = ref::dequantize(w);
+  double dequantized = 0.0;
+  for (std::size_t c = 0; c < w.cols; ++c) dequantized += static_cast<double>(w_hat(0, c)) * x(c);
+  print_step(std::cout, k_quant ? 6 : 5, "row 0 adds its " + std::to_string(w.cols / n) + " blocks' terms in order: y_0 = " +
+                                             fixed(y(0), 6) + " (the dequantized W times the float x, in double: " +
+                                             fixed(dequantized, 6) + ")");
+}
+
 // ------------------------------------------------------------------ GGUF files
 
 // The demonstration file: random weights [rows, cols] as F32 ("w.f32") and in every block format
@@ -510,6 +594,35 @@ int list_gguf(const Options& o) {
   return 0;
 }
 
+// --gemv: W [rows, cols] quantized by the reference, x [cols], y = W x by every backend, bit for bit.
+int run_gemv(const Options& o, const GlobalOptions& g, GgmlType type) {
+  require(type == GgmlType::q8_0 || type == GgmlType::q4_0 || type == GgmlType::q4_K, TVLAB_CHAPTER_NAME, "--type (",
+          o.type, ") must be Q8_0, Q4_0 or Q4_K with --gemv");
+  Rng rng(g.seed);
+  const Tensor2 w_float = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols));
+  const Tensor2 x_row = rng.normal_matrix(1, static_cast<std::size_t>(o.cols));
+  Tensor1 x = Tensor1::from_shape({x_row.size()});
+  std::copy(x_row.begin(), x_row.end(), x.begin());
+  const QuantizedMatrix w = reference_backend(quant::backends()).quantize(w_float, type);
+  const auto run_one = [&](const quant::Backend& b) -> std::optional<Run> {
+    if (!b.quantized_gemv) return std::nullopt;
+    Run run;
+    run.outputs.push_back({"y", b.quantized_gemv(w, x), 0.0, "y = W x: bit for bit"});
+    return run;
+  };
+  const Run expected = *run_one(reference_backend(quant::backends()));
+  if (o.step) step_through_gemv(w, x);
+  Dump dump(o.dump);
+  dump.write("w", w_float);
+  dump.write("x", x);
+  const RunReport report{TVLAB_CHAPTER_NAME, g.seed,
+                         "y = W x, W in " + type_name(type) + ": rows " + std::to_string(o.rows) + ", cols " +
+                             std::to_string(o.cols) + ", seed " + std::to_string(g.seed),
+                         {{"rows", o.rows}, {"cols", o.cols}, {"type", type_name(type)}, {"gemv", "true"}},
+                         g.format == "json"};
+  return run_backends(quant::backends(), o.backend, run_one, expected, dump, report);
+}
+
 int run(const Options& o, const GlobalOptions& g) {
   if (g.format == "markdown") {
     std::cout << markdown();
@@ -529,6 +642,7 @@ int run(const Options& o, const GlobalOptions& g) {
       .work("the loop reference's codes", {rows, cols}, "--cols");
   cost.require_affordable(g, o);
   if (!o.write_gguf.empty()) return write_demo_gguf(o, g);
+  if (o.gemv) return run_gemv(o, g, type);
   Rng rng(g.seed);
   const Tensor2 x = rng.normal_matrix(static_cast<std::size_t>(o.rows), static_cast<std::size_t>(o.cols));
   const auto run_one = [&](const quant::Backend& b) -> std::optional<Run> {
@@ -572,6 +686,9 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     sub.option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K (the K-quants: --cols a multiple of 256)");
     sub.option("--gguf", o->gguf, "list the metadata and tensors of the GGUF FILE (with --dump DIR: each tensor's values as .npy)",
                ShowDefault::no);
+    sub.flag("--gemv", o->gemv,
+             "the quantized product y = W x (W in --type: Q8_0, Q4_0 or Q4_K; x quantized to Q8_0 or Q8_K) by every "
+             "backend; with --step, its first block's integer dot and float terms");
     sub.option("--write-gguf", o->write_gguf,
                "write a GGUF FILE: the --rows x --cols weights as F32 and in every block format", ShowDefault::no);
   };

@@ -12,6 +12,10 @@ done
 for type in Q6_K Q4_K; do
   check "quant --type $type --step, every backend" 0 "" -- "$tvlab" quant --type "$type" --cols 256 --step --backend all
 done
+for type in Q8_0 Q4_0 Q4_K; do
+  check "quant --gemv --type $type --step, every backend" 0 "" -- "$tvlab" quant --gemv --type "$type" --cols 512 --step --backend all
+done
+check "quant --gemv: a type without a product names the option" 2 "--type (Q4_1)" -- "$tvlab" quant --gemv --type Q4_1
 check "quant: a K-quant needs rows of 256" 2 "block of 256" -- "$tvlab" quant --type Q4_K --cols 64
 check "quant: an unknown type names the option" 2 "Q3_X" -- "$tvlab" quant --type Q3_X
 check "quant: a float type is not a block type" 2 "--type" -- "$tvlab" quant --type F16
