@@ -34,8 +34,9 @@
 ///
 /// **The scale.** QuIP# quantizes \f$ W / s \f$ with one fixed scale per matrix,
 /// \f$ s = \mathrm{rms}(W) / 1.03 \f$ (`lib/algo/quip.py`: `Wscale = Wr.square().mean().sqrt() / opt_scale`,
-/// `opt_scale = 1.03` for E8P, found by sweeping Gaussian samples), after the randomized Hadamard
-/// transform has made the entries Gaussian-like; nothing about it is learned.
+/// `opt_scale = 1.03` for E8P, next to a sweep of the scale over Gaussian samples; the tests find the
+/// same optimum), after the randomized Hadamard transform has made the entries Gaussian-like. It is
+/// set once from the weights, not searched per row; QuIP#'s later fine-tuning stage is not modelled.
 ///
 /// **Nearest codeword, exactly, without trying all 65,536.** For a shift t and an absolute vector v,
 /// the best signs are those of \f$ z = y - t \f$; with \f$ \lVert x \rVert = \lVert v \rVert \f$ fixed,
