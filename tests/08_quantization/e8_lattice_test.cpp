@@ -94,7 +94,7 @@ TEST(Ch08E8, the_codebook_has_the_theta_series_count) {
   EXPECT_LT(std::log2(double(theta)) / 8.0, 2.0) << "bits per weight";
 }
 
-// After the rotation, E8 (1.98 bits per weight) beats the best uniform 2-bit grid (2 bits).
+// After the rotation, E8 (1.97 bits per weight) beats the best uniform 2-bit grid (2 bits).
 TEST(Ch08E8, rotated_weights_code_better_on_the_lattice) {
   Rng rng(871);
   DTensor2 w = DTensor2::from_shape({128, 256});
