@@ -25,6 +25,7 @@
 #include "tvlab/analysis/awq.hpp"
 #include "tvlab/analysis/compression.hpp"
 #include "tvlab/analysis/e8_lattice.hpp"
+#include "tvlab/analysis/e8p.hpp"
 #include "tvlab/analysis/incoherence.hpp"
 #include "tvlab/analysis/model_size.hpp"
 #include "tvlab/analysis/outlier_quant.hpp"
@@ -266,27 +267,29 @@ std::string incoherence_markdown() {
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : analysis::incoherence_table(w, {2, 3, 4, 8}, 7))
     rows.push_back({std::to_string(r.bits), fixed(r.direct, 3), fixed(r.rotated, 3)});
-  // 2 bits: the best uniform 4-level grid against the E8 codebook (1.98 bits), direct and rotated
-  const DTensor2 rotated = analysis::incoherent_rotation(w, 7, false);
-  auto relative = [&](const DTensor2& approx) {
-    double e = 0.0, n = 0.0;
-    for (std::size_t i = 0; i < w.size(); ++i) e += std::pow(w.data()[i] - approx.data()[i], 2), n += w.data()[i] * w.data()[i];
-    return fixed(std::sqrt(e / n), 3);
-  };
-  const std::vector<std::vector<std::string>> two_bits = {
-      {"uniform, 4 levels per weight (2 bits)", relative(analysis::uniform_2bit_rows(w)),
-       relative(analysis::incoherent_rotation(analysis::uniform_2bit_rows(rotated), 7, true))},
-      {"E8 lattice, 56881 points per 8 weights (1.98 bits)", relative(analysis::e8_quantize_rows(w)),
-       relative(analysis::incoherent_rotation(analysis::e8_quantize_rows(rotated), 7, true))}};
+  // 2 bits: the best uniform 4-level grid, the ball of E8 points (1.97 bits) and QuIP#'s E8P, direct
+  // and rotated: the weights' relative error and the layer's on 64 random inputs
+  DTensor2 x = DTensor2::from_shape({256, 64});
+  for (auto& v : x) v = rng.normal();
+  double mean_square = 0.0;
+  for (double v : w) mean_square += v * v / static_cast<double>(w.size());
+  std::vector<std::vector<std::string>> two_bits;
+  for (const analysis::TwoBitRow& r : analysis::two_bit_comparison(w, x, 7))
+    two_bits.push_back({r.code, fixed(r.bits, 2), fixed(std::sqrt(r.mse / mean_square), 3),
+                        fixed(std::sqrt(r.mse_rotated / mean_square), 3), fixed(r.output_error, 3),
+                        fixed(r.output_error_rotated, 3)});
   std::ostringstream md;
   md << "W [128, 256] ~ N(0, 1), 0.5% of it x 10: the largest entry is "
      << fixed(analysis::coherence(w), 1) << " times the root mean square, "
      << fixed(analysis::coherence(analysis::incoherent_rotation(w, 7, false)), 1)
      << " after the rotation. Relative error of symmetric rounding with one scale per row:\n\n"
      << markdown_table({"bits", "direct", "rotated (randomized Hadamard)"}, rows)
-     << "\nAt 2 bits, the best uniform grid against QuIP#'s kind of codebook (E8 points of norm^2 <= 10), "
-        "with the scale per row of least error:\n\n"
-     << markdown_table({"2-bit code", "direct", "rotated"}, two_bits);
+     << "\nAt 2 bits, the best uniform grid (scale per row of least error) against codebooks on the E8 "
+        "lattice: the ball of points of norm^2 <= 10 (scale per row of least error) and QuIP#'s E8P (one scale, "
+        "rms(W) / 1.03). Relative error of the weights and of the layer's output W x on 64 random x:\n\n"
+     << markdown_table({"2-bit code", "bits per weight", "weights, direct", "weights, rotated", "output, direct",
+                        "output, rotated"},
+                       two_bits);
   return md.str();
 }
 
