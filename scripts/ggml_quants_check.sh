@@ -35,8 +35,9 @@ echo "$sha256  $cache/$archive" | sha256sum --check --quiet || {
   echo "ggml_quants_check.sh: $cache/$archive does not have the pinned sha256 $sha256" >&2
   exit 1
 }
-if [ ! -f "$src/src/ggml-quants.c" ]; then
-  tar -xzf "$cache/$archive" -C "$cache" "ggml_python-$version/vendor/ggml/src" "ggml_python-$version/vendor/ggml/include"
+if [ ! -f "$src/src/ggml-quants.c" ] || [ ! -f "$src/CMakeLists.txt" ]; then
+  tar -xzf "$cache/$archive" -C "$cache" "ggml_python-$version/vendor/ggml/src" "ggml_python-$version/vendor/ggml/include" \
+    "ggml_python-$version/vendor/ggml/CMakeLists.txt"
 fi
 # -ffp-contract=off: no fused multiply-adds, as tvlab's block code is compiled (and as ggml's is on
 # a machine without them); asserts on (no -DNDEBUG), so that ggml's nearest_int checks its range
