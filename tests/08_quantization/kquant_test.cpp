@@ -1,5 +1,5 @@
-// Chapter 08, ggml's K-quants Q4_K and Q6_K: llama.cpp's own test data and thresholds
-// (tests/test-quantize-fns.cpp), the error against the 32-weight formats on the lesson's data,
+// Chapter 08, ggml's K-quants Q2_K to Q6_K: bytes and values held to those of ggml's own code,
+// llama.cpp's own test data and thresholds (tests/test-quantize-fns.cpp), the error against the 32-weight formats on the lesson's data,
 // all-zero and tiny super-blocks, a tie rounded half to even, and blocks encoded and decoded by
 // hand from the layouts of core/ggml_blocks.hpp.
 
@@ -25,7 +25,7 @@ namespace {
 
 using tvlab::testing::throws_error_naming;
 
-const GgmlType kKQuants[] = {GgmlType::q4_K, GgmlType::q6_K};
+const GgmlType kKQuants[] = {GgmlType::q2_K, GgmlType::q3_K, GgmlType::q4_K, GgmlType::q5_K, GgmlType::q6_K};
 
 // test-quantize-fns's metric: sqrt(sum of squared differences) / n, in double, the root taken in
 // float (`sqrtf(sum) / n`). It is the RMSE divided by sqrt(n): for n = 4096, RMSE / 64.
@@ -162,7 +162,10 @@ const std::vector<GgmlHashes> kGolden = {
     {GgmlType::q4_1, 0xb24979c8f54b8c47ull, 0xcbfa11cff734f0c5ull},
     {GgmlType::q5_0, 0x955f2e3aa1b212a4ull, 0x5e579180e0e11e1aull},
     {GgmlType::q5_1, 0x7039e284a4f53f7eull, 0x1eb9ceec5a929240ull},
+    {GgmlType::q2_K, 0x64900e28aebcd793ull, 0x5002e6759e153cd8ull},
+    {GgmlType::q3_K, 0x86b7e4347f09f93bull, 0x75a452cecc36adbeull},
     {GgmlType::q4_K, 0x2bc5b02ec8baa72eull, 0x25922a5af31900d2ull},
+    {GgmlType::q5_K, 0x26f82c51f974a632ull, 0x26fd0b1c659fbe5eull},
     {GgmlType::q6_K, 0x9f22841ca728440dull, 0x8d7d875e30579757ull},
 };
 const std::vector<GgmlHashes> kEdges = {
@@ -171,7 +174,10 @@ const std::vector<GgmlHashes> kEdges = {
     {GgmlType::q4_1, 0xa0894ce40980f949ull, 0xd6df8ac85eb27d5dull},
     {GgmlType::q5_0, 0x7d932908323b2b76ull, 0x13e6dac5f6f3bd08ull},
     {GgmlType::q5_1, 0x03cd5f87c3ffa3dcull, 0x31afba047cc3cb0dull},
+    {GgmlType::q2_K, 0x43a95be610a92fedull, 0xc4d98e666d0adefdull},
+    {GgmlType::q3_K, 0x47b00438896b6965ull, 0x8037fca4e61fb186ull},
     {GgmlType::q4_K, 0x29feb44107544821ull, 0x357c9d49768dfafaull},
+    {GgmlType::q5_K, 0x67d9a901fea8c590ull, 0xb33bba6763b0df4bull},
     {GgmlType::q6_K, 0xe08601f8aec87862ull, 0x4422743b080ada57ull},
 };
 
@@ -203,12 +209,14 @@ TEST(Ch08KQuant, bytes_and_values_are_ggmls_on_zero_tiny_large_and_constant_bloc
 
 // The lesson's data (walkthrough's table_data): 256 x 1024 weights N(0, 1), seed 808, and the same
 // with 1% multiplied by 20. Measured RMSE (ref; this test prints them, with the largest errors):
-//   format (bits):  Q8_0 (8.5)  Q6_K (6.56)  Q5_1 (6)  Q5_0 (5.5)  Q4_K (4.5)  Q4_1 (5)  Q4_0 (4.5)
-//   N(0, 1):        5.38e-3     1.78e-2      3.80e-2   4.29e-2     7.17e-2     7.85e-2   8.64e-2
-//   1% outliers:    2.41e-2     6.95e-2      1.13e-1   1.86e-1     2.12e-1     2.36e-1   3.14e-1
+//   format (bits):  Q8_0 (8.5)  Q6_K (6.56)  Q5_1 (6)  Q5_K (5.5)  Q5_0 (5.5)  Q4_K (4.5)  Q4_1 (5)  Q4_0 (4.5)  Q3_K (3.44)  Q2_K (2.63)
+//   N(0, 1):        5.38e-3     1.78e-2      3.80e-2   3.63e-2     4.29e-2     7.17e-2     7.85e-2   8.64e-2     1.52e-1      2.98e-1
+//   1% outliers:    2.41e-2     6.95e-2      1.13e-1   1.09e-1     1.86e-1     2.12e-1     2.36e-1   3.14e-1     3.30e-1      5.68e-1
 // So Q6_K beats Q5_0 and Q5_1 with about as many bits, and Q4_K beats Q4_0 with the same 4.5 bits
-// and Q4_1 with fewer; only Q8_0, with two more bits, does better than Q6_K. The margins (at least
-// 9% of the larger RMSE) are far beyond any float-rounding effect.
+// and Q4_1 with fewer; only Q8_0, with two more bits, does better than Q6_K. Among the K-quants
+// each bit of code roughly halves the RMSE (Q2_K to Q6_K: 2.98e-1, 1.52e-1, 7.17e-2, 3.63e-2,
+// 1.78e-2 on N(0, 1)). The margins (at least 9% of the larger RMSE) are far beyond any
+// float-rounding effect.
 TEST(Ch08KQuant, k_quants_beat_the_32_weight_formats_of_their_size) {
   for (bool outliers : {false, true}) {
     const Tensor2 x = analysis::lesson_weights(outliers);
@@ -229,6 +237,11 @@ TEST(Ch08KQuant, k_quants_beat_the_32_weight_formats_of_their_size) {
     EXPECT_LT(e[GgmlType::q4_K], e[GgmlType::q4_0]) << data;
     EXPECT_LT(e[GgmlType::q4_K], e[GgmlType::q4_1]) << data;
     EXPECT_LT(e[GgmlType::q8_0], e[GgmlType::q6_K]) << data;
+    // and among the K-quants, each bit of code buys accuracy
+    EXPECT_LT(e[GgmlType::q6_K], e[GgmlType::q5_K]) << data;
+    EXPECT_LT(e[GgmlType::q5_K], e[GgmlType::q4_K]) << data;
+    EXPECT_LT(e[GgmlType::q4_K], e[GgmlType::q3_K]) << data;
+    EXPECT_LT(e[GgmlType::q3_K], e[GgmlType::q2_K]) << data;
   }
 }
 
@@ -423,9 +436,21 @@ TEST(Ch08KQuant, bad_input_is_named) {
                                   {"dequantize_block", "type (F32)"}));
   EXPECT_EQ(type_from_name("test", "q6_k"), GgmlType::q6_K);
   EXPECT_EQ(type_from_name("test", "Q4_K"), GgmlType::q4_K);
-  EXPECT_TRUE(is_known_type(12) && is_known_type(14) && !is_known_type(13));
+  EXPECT_EQ(type_from_name("test", "q5_k"), GgmlType::q5_K);
+  EXPECT_EQ(type_from_name("test", "Q3_K"), GgmlType::q3_K);
+  EXPECT_EQ(type_from_name("test", "q2_K"), GgmlType::q2_K);
+  for (std::uint32_t number = 10; number <= 14; ++number) EXPECT_TRUE(is_known_type(number)) << number;
+  EXPECT_FALSE(is_known_type(9));   // Q8_1: ggml's activation format, not stored in files here
+  EXPECT_FALSE(is_known_type(15));  // Q8_K: likewise
+  // bits per weight from ggml-common.h's block structs: (2 + 2 + 16 + 64) * 8 / 256 and so on
+  EXPECT_EQ(bits_per_weight(GgmlType::q2_K), 2.625);
+  EXPECT_EQ(bits_per_weight(GgmlType::q3_K), 3.4375);
   EXPECT_EQ(bits_per_weight(GgmlType::q4_K), 4.5);
+  EXPECT_EQ(bits_per_weight(GgmlType::q5_K), 5.5);
   EXPECT_EQ(bits_per_weight(GgmlType::q6_K), 6.5625);
+  for (GgmlType type : kKQuants) EXPECT_EQ(block_size(type), 256u) << type;
+  EXPECT_TRUE(throws_error_naming([&] { ref::quantize(Tensor2::from_shape({1, 256}), GgmlType::f32); },
+                                  {"quantize", "type (F32)", "Q2_K"}));
 }
 
 }  // namespace
