@@ -35,10 +35,15 @@ echo "$sha256  $cache/$archive" | sha256sum --check --quiet || {
   echo "ggml_quants_check.sh: $cache/$archive does not have the pinned sha256 $sha256" >&2
   exit 1
 }
-if [ ! -f "$src/src/ggml-quants.c" ] || [ ! -f "$src/CMakeLists.txt" ]; then
-  tar -xzf "$cache/$archive" -C "$cache" "ggml_python-$version/vendor/ggml/src" "ggml_python-$version/vendor/ggml/include" \
-    "ggml_python-$version/vendor/ggml/CMakeLists.txt"
-fi
+# only what ggml-quants.c includes (and the version in CMakeLists.txt)
+needed="CMakeLists.txt src/ggml-quants.c src/ggml-quants.h src/ggml-common.h src/ggml-impl.h src/ggml-cpu/ggml-cpu-impl.h
+  include/ggml.h include/ggml-cpu.h include/ggml-backend.h include/ggml-alloc.h include/gguf.h"
+for f in $needed; do
+  if [ ! -f "$src/$f" ]; then
+    tar -xzf "$cache/$archive" -C "$cache" $(for g in $needed; do echo "ggml_python-$version/vendor/ggml/$g"; done)
+    break
+  fi
+done
 # -ffp-contract=off: no fused multiply-adds, as tvlab's block code is compiled (and as ggml's is on
 # a machine without them); asserts on (no -DNDEBUG), so that ggml's nearest_int checks its range
 if [ ! -x "$bin" ] || [ scripts/ggml_quants_check.c -nt "$bin" ]; then
