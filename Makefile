@@ -32,6 +32,7 @@ CHAPTERS := $(notdir $(wildcard chapters/[0-9][0-9]_*))
 deps:
 	@bash scripts/install_deps.sh
 	@bash scripts/python_env.sh
+	@bash scripts/ggml_quants_check.sh --fetch
 
 # A build folder configured earlier with another generator is reconfigured from scratch (CMake
 # refuses to switch generators in place); its compiled objects stay in ccache.

@@ -427,8 +427,11 @@ void step_through(const Tensor2& x, GgmlType type) {
     lo = std::min(lo, static_cast<double>(v)), hi = std::max(hi, static_cast<double>(v));
   }
   const QuantizedMatrix q = ref.quantize(block, type);
-  // where the block keeps its fp16 super-scale d: first, except in Q6_K, which ends with it
-  const std::size_t d_at = type == GgmlType::q6_K ? block_bytes(type) - 2 : 0;
+  // where the block keeps its fp16 super-scale d: first, except in Q6_K and Q3_K, which end with it,
+  // and Q2_K, which ends with d and dmin
+  const std::size_t d_at = type == GgmlType::q6_K || type == GgmlType::q3_K ? block_bytes(type) - 2
+                           : type == GgmlType::q2_K                         ? block_bytes(type) - 4
+                                                                            : 0;
   const float d16 = read_fp16(q.bytes.data() + d_at);
   std::ostringstream scale;
   switch (type) {
@@ -445,8 +448,18 @@ void step_through(const Tensor2& x, GgmlType type) {
       scale << "m = min x = " << fixed(lo, 4) << ", d = (max x - m) / 31 = " << fixed((hi - lo) / 31.0, 6);
       break;
     case GgmlType::q4_K:
+    case GgmlType::q5_K:
       scale << "8 sub-blocks of 32, each with a scale and a minimum fitted to it, stored in 6 bits as multiples of "
-               "two fp16 super-scales d and dmin; codes 0..15";
+               "two fp16 super-scales d and dmin; codes 0.."
+            << (type == GgmlType::q4_K ? 15 : 31);
+      break;
+    case GgmlType::q3_K:
+      scale << "16 sub-blocks of 16, each with a symmetric scale fitted to it, stored in 6 bits as multiples of one "
+               "fp16 super-scale d; codes -4..3 in 3 bits";
+      break;
+    case GgmlType::q2_K:
+      scale << "16 sub-blocks of 16, each with a scale and a minimum fitted to it, stored in 4 bits as multiples of "
+               "two fp16 super-scales d and dmin; codes 0..3";
       break;
     default:
       scale << "16 sub-blocks of 16, each with an int8 scale, stored as multiples of one fp16 super-scale d; codes "
@@ -636,7 +649,7 @@ int run(const Options& o, const GlobalOptions& g) {
   require_positive(TVLAB_CHAPTER_NAME, "--cols", o.cols);
   const GgmlType type = type_from_name(TVLAB_CHAPTER_NAME, o.type);
   require(type != GgmlType::f32 && type != GgmlType::f16, TVLAB_CHAPTER_NAME, "--type (", o.type,
-          ") must be a block type: Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K");
+          ") must be a block type: Q8_0, Q5_1, Q5_0, Q4_1, Q4_0 or a K-quant, Q6_K to Q2_K");
   require_block_multiple(TVLAB_CHAPTER_NAME, "--cols", static_cast<std::size_t>(o.cols), type);
   const auto rows = static_cast<std::uint64_t>(o.rows), cols = static_cast<std::uint64_t>(o.cols);
   RunCost cost;
@@ -686,7 +699,8 @@ Chapter TVLAB_CHAPTER_ENTRY() {
         [o, &global] { return run(*o, global); });
     sub.option("--rows", o->rows, "rows of weights");
     sub.option("--cols", o->cols, "weights per row (a multiple of 32)");
-    sub.option("--type", o->type, "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K (the K-quants: --cols a multiple of 256)");
+    sub.option("--type", o->type,
+               "Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K, Q5_K, Q4_K, Q3_K or Q2_K (the K-quants: --cols a multiple of 256)");
     sub.option("--gguf", o->gguf, "list the metadata and tensors of the GGUF FILE (with --dump DIR: each tensor's values as .npy)",
                ShowDefault::no);
     sub.flag("--gemv", o->gemv,

@@ -233,7 +233,7 @@ Tensor2 dequantize(const QuantizedMatrix& q) {
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
   const auto rows = static_cast<std::ptrdiff_t>(q.rows);
   const std::size_t n = block_size(q.type);
-  const bool k_quant = q.type == GgmlType::q4_K || q.type == GgmlType::q6_K;
+  const bool k_quant = is_k_quant(q.type);
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t r = 0; r < rows; ++r)
     for (std::size_t b = 0; b < q.cols / n; ++b) {

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "tvlab/core/error.hpp"
 
@@ -99,9 +100,11 @@ int clamp(int v, int lo, int hi) { return std::max(lo, std::min(hi, v)); }
 //   D = W S_ll - S_l^2,  s = (W S_xl - S_x S_l) / D,  b = (S_ll S_x - S_l S_xl) / D
 // (W = sum w, S_l = sum w L, S_ll = sum w L^2, S_x = sum w x, S_xl = sum w L x); keep the trial
 // with the smallest E. A positive b is replaced by 0 with s = S_xl / S_ll (the minimum is never
-// above 0). Returns s; `neg_min` gets -b. Float throughout, in ggml's order of operations.
+// above 0). With `absolute` (Q2_K's choice), E weighs |s L_i + b - x_i| instead of its square; the
+// line is still the least-squares one. Returns s; `neg_min` gets -b. Float throughout, in ggml's
+// order of operations.
 float fit_scale_and_min(const float* x, const float* w, std::size_t n, int nmax, float rmin, float rdelta, int nstep,
-                        std::uint8_t* L, float& neg_min) {
+                        bool absolute, std::uint8_t* L, float& neg_min) {
   float min = x[0], max = x[0];
   float sum_w = w[0];
   float sum_x = sum_w * x[0];
@@ -124,7 +127,7 @@ float fit_scale_and_min(const float* x, const float* w, std::size_t n, int nmax,
   for (std::size_t i = 0; i < n; ++i) {
     L[i] = static_cast<std::uint8_t>(clamp(round_half_even(iscale * (x[i] - min)), 0, nmax));
     const float diff = scale * static_cast<float>(L[i]) + min - x[i];
-    best_error += w[i] * (diff * diff);
+    best_error += w[i] * (absolute ? std::fabs(diff) : diff * diff);
   }
   std::uint8_t trial[kSuper];
   for (int is = 0; is <= nstep; ++is) {
@@ -149,7 +152,7 @@ float fit_scale_and_min(const float* x, const float* w, std::size_t n, int nmax,
     float error = 0.0f;
     for (std::size_t i = 0; i < n; ++i) {
       const float diff = this_scale * static_cast<float>(trial[i]) + this_min - x[i];
-      error += w[i] * (diff * diff);
+      error += w[i] * (absolute ? std::fabs(diff) : diff * diff);
     }
     if (error < best_error) {
       std::copy(trial, trial + n, L);
@@ -209,6 +212,57 @@ float fit_symmetric_scale(const float* x, std::size_t n, int nmax, std::uint8_t*
   return scale;
 }
 
+// Q3_K's symmetric fit of a sub-block (ggml's make_q3_quants): codes l_i in [-nmax, nmax - 1]
+// (stored as l_i + nmax) and a scale s with x_i ~ s l_i, weights w_i = x_i^2. Start on the grid
+// iscale = -nmax / x_max; then improve one code at a time: the best code for x_i, given the others'
+// sums S_xl' = S_xl - w_i x_i l_i and S_ll' = S_ll - w_i l_i^2, is round(x_i S_ll' / S_xl'), and a
+// change is kept when it raises S_xl^2 / S_ll (the error is sum w x^2 - S_xl^2 / S_ll), compared as
+// S_xl'^2 S_ll > S_xl^2 S_ll' without dividing; at most 5 passes, stopping at one without a change.
+// Returns s = S_xl / S_ll (0 for an all-zero sub-block, whose codes are all 0, not nmax, as ggml's).
+float fit_symmetric_scale_by_descent(const float* x, std::size_t n, int nmax, std::uint8_t* L) {
+  float amax = 0.0f, x_max = 0.0f;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      x_max = x[i];
+    }
+  if (amax < 1e-15f) {  // ggml's GROUP_MAX_EPS: all zero
+    for (std::size_t i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  const float iscale = static_cast<float>(-nmax) / x_max;
+  int l[kSuper];
+  float sum_xl = 0.0f, sum_l2 = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    l[i] = clamp(round_half_even(iscale * x[i]), -nmax, nmax - 1);
+    const float w = x[i] * x[i];
+    sum_xl += w * x[i] * static_cast<float>(l[i]);
+    sum_l2 += w * static_cast<float>(l[i]) * static_cast<float>(l[i]);
+  }
+  for (int pass = 0; pass < 5; ++pass) {
+    int changed = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sum_xl - w * x[i] * static_cast<float>(l[i]);  // the sums without element i
+      if (!(slx > 0.0f)) continue;
+      float sl2 = sum_l2 - w * static_cast<float>(l[i]) * static_cast<float>(l[i]);
+      const int best = clamp(round_half_even(x[i] * sl2 / slx), -nmax, nmax - 1);
+      if (best == l[i]) continue;
+      slx += w * x[i] * static_cast<float>(best);
+      sl2 += w * static_cast<float>(best) * static_cast<float>(best);
+      if (sl2 > 0.0f && slx * slx * sum_l2 > sum_xl * sum_xl * sl2) {  // S_xl^2 / S_ll grew
+        l[i] = best;
+        sum_xl = slx;
+        sum_l2 = sl2;
+        ++changed;
+      }
+    }
+    if (changed == 0) break;
+  }
+  for (std::size_t i = 0; i < n; ++i) L[i] = static_cast<std::uint8_t>(l[i] + nmax);
+  return sum_l2 > 0.0f ? sum_xl / sum_l2 : 0.0f;
+}
+
 }  // namespace
 
 void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m) {
@@ -220,6 +274,87 @@ void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m) 
     m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
   }
 }
+
+namespace {
+
+// Steps 1 to 4 of Q4_K and Q5_K (8 sub-blocks of 32 with an affine fit each, codes 0 to nmax):
+// d, dmin and the 12 bytes of 6-bit scale and min codes into block[0, 16), the codes into L.
+void affine_super_block(const float* x, int nmax, float rmin, int nstep, std::uint8_t* block, std::uint8_t* L) {
+  constexpr std::size_t kSub = 32, kSubs = kSuper / kSub;
+  float scales[kSubs], mins[kSubs];
+  // Step 1: each sub-block's own affine fit, weighting element i by av_x + |x_i|
+  // (av_x = sqrt(sum x^2 / 32), the sub-block's RMS): large weights matter more, but none is 0.
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const float* xs = x + kSub * j;
+    float sum_x2 = 0.0f;
+    for (std::size_t l = 0; l < kSub; ++l) sum_x2 += xs[l] * xs[l];
+    const float av_x = std::sqrt(sum_x2 / static_cast<float>(kSub));
+    float weights[kSub];
+    for (std::size_t l = 0; l < kSub; ++l) weights[l] = av_x + std::fabs(xs[l]);
+    scales[j] = fit_scale_and_min(xs, weights, kSub, nmax, rmin, 0.1f, nstep, false, L + kSub * j, mins[j]);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  // Step 2: the scales and mins as 6-bit codes against the largest of each:
+  // s_j = round(63 scale_j / max_scale), m_j = round(63 min_j / max_min), at most 63 (as uint8, as ggml)
+  const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+  std::uint8_t* packed = block + 4;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const auto ls = std::min<std::uint8_t>(63, static_cast<std::uint8_t>(round_half_even(inv_scale * scales[j])));
+    const auto lm = std::min<std::uint8_t>(63, static_cast<std::uint8_t>(round_half_even(inv_min * mins[j])));
+    if (j < 4) {
+      packed[j] = ls;
+      packed[j + 4] = lm;
+    } else {  // low 4 bits together in byte j + 4; the top 2 into the free bits 6-7 of bytes j - 4 and j
+      packed[j + 4] = static_cast<std::uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
+      packed[j - 4] = static_cast<std::uint8_t>(packed[j - 4] | ((ls >> 4) << 6));
+      packed[j] = static_cast<std::uint8_t>(packed[j] | ((lm >> 4) << 6));
+    }
+  }
+  // Step 3: the super-block scales d = max_scale / 63 and dmin = max_min / 63, stored in fp16
+  write_fp16(max_scale / 63.0f, block);
+  write_fp16(max_min / 63.0f, block + 2);
+  // Step 4: the codes again, on the grid the stored numbers give: q = round((x + dmin m_j) / (d s_j)),
+  // clamped to [0, nmax]. A sub-block whose scale code is 0 keeps its codes from step 1 (they all
+  // decode to -dmin m_j).
+  const float d = read_fp16(block), dmin = read_fp16(block + 2);
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    int sc = 0, m = 0;
+    q4_k_scale_min(j, packed, sc, m);
+    const float step = d * static_cast<float>(sc);
+    if (step == 0.0f) continue;
+    const float offset = dmin * static_cast<float>(m);
+    for (std::size_t l = 0; l < kSub; ++l)
+      L[kSub * j + l] = static_cast<std::uint8_t>(clamp(round_half_even((x[kSub * j + l] + offset) / step), 0, nmax));
+  }
+}
+
+// The 2-bit pairs of Q2_K and Q3_K: in half h of 128 elements, byte 32h + l (l < 32) holds the
+// low 2 bits of elements l, l + 32, l + 64, l + 96 of the half, in bits 0-1, 2-3, 4-5, 6-7.
+void pack_pairs(const std::uint8_t* L, std::uint8_t* qs) {
+  for (std::size_t h = 0; h < 2; ++h) {
+    const std::uint8_t* e = L + 128 * h;
+    for (std::size_t l = 0; l < 32; ++l)
+      qs[32 * h + l] = static_cast<std::uint8_t>((e[l] & 3) | ((e[l + 32] & 3) << 2) | ((e[l + 64] & 3) << 4) |
+                                                 ((e[l + 96] & 3) << 6));
+  }
+}
+
+// The 2 low bits of element e (0 to 255) from the pairs above.
+int pair_of(const std::uint8_t* qs, std::size_t e) {
+  const std::size_t h = e / 128, k = (e % 128) / 32, l = e % 32;
+  return (qs[32 * h + l] >> (2 * k)) & 3;
+}
+
+// Q3_K's 6-bit scale code of sub-block j (0 to 15), offset included (0 to 63), from its 12 bytes.
+int q3_k_scale(std::size_t j, const std::uint8_t* packed) {
+  const int low = j < 8 ? packed[j] & 0x0F : packed[j - 8] >> 4;
+  return low | (((packed[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
+}  // namespace
 
 void quantize_block_q8_0(const float* x, std::uint8_t* block) {
   // d = max_j |x_j| / 127, q_j = round(x_j / d) (half away from zero), via id = 1 / d
@@ -265,61 +400,133 @@ void quantize_block_q5_1(const float* x, std::uint8_t* block) {
 }
 
 void quantize_block_q4_k(const float* x, std::uint8_t* block) {
-  constexpr std::size_t kSub = 32, kSubs = kSuper / kSub;
   std::uint8_t L[kSuper];
-  float scales[kSubs], mins[kSubs];
-  // Step 1: each sub-block's own affine fit, weighting element i by av_x + |x_i|
-  // (av_x = sqrt(sum x^2 / 32), the sub-block's RMS): large weights matter more, but none is 0.
-  float max_scale = 0.0f, max_min = 0.0f;
-  for (std::size_t j = 0; j < kSubs; ++j) {
-    const float* xs = x + kSub * j;
-    float sum_x2 = 0.0f;
-    for (std::size_t l = 0; l < kSub; ++l) sum_x2 += xs[l] * xs[l];
-    const float av_x = std::sqrt(sum_x2 / static_cast<float>(kSub));
-    float weights[kSub];
-    for (std::size_t l = 0; l < kSub; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = fit_scale_and_min(xs, weights, kSub, 15, -1.0f, 0.1f, 20, L + kSub * j, mins[j]);
-    if (scales[j] > max_scale) max_scale = scales[j];
-    if (mins[j] > max_min) max_min = mins[j];
-  }
-  // Step 2: the scales and mins as 6-bit codes against the largest of each:
-  // s_j = round(63 scale_j / max_scale), m_j = round(63 min_j / max_min), at most 63 (as uint8, as ggml)
-  const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-  const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-  std::uint8_t* packed = block + 4;
-  for (std::size_t j = 0; j < kSubs; ++j) {
-    const auto ls = std::min<std::uint8_t>(63, static_cast<std::uint8_t>(round_half_even(inv_scale * scales[j])));
-    const auto lm = std::min<std::uint8_t>(63, static_cast<std::uint8_t>(round_half_even(inv_min * mins[j])));
-    if (j < 4) {
-      packed[j] = ls;
-      packed[j + 4] = lm;
-    } else {  // low 4 bits together in byte j + 4; the top 2 into the free bits 6-7 of bytes j - 4 and j
-      packed[j + 4] = static_cast<std::uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
-      packed[j - 4] = static_cast<std::uint8_t>(packed[j - 4] | ((ls >> 4) << 6));
-      packed[j] = static_cast<std::uint8_t>(packed[j] | ((lm >> 4) << 6));
-    }
-  }
-  // Step 3: the super-block scales d = max_scale / 63 and dmin = max_min / 63, stored in fp16
-  write_fp16(max_scale / 63.0f, block);
-  write_fp16(max_min / 63.0f, block + 2);
-  // Step 4: the codes again, on the grid the stored numbers give: q = round((x + dmin m_j) / (d s_j)),
-  // clamped to [0, 15]. A sub-block whose scale code is 0 keeps its codes from step 1 (they all
-  // decode to -dmin m_j).
-  const float d = read_fp16(block), dmin = read_fp16(block + 2);
-  for (std::size_t j = 0; j < kSubs; ++j) {
-    int sc = 0, m = 0;
-    q4_k_scale_min(j, packed, sc, m);
-    const float step = d * static_cast<float>(sc);
-    if (step == 0.0f) continue;
-    const float offset = dmin * static_cast<float>(m);
-    for (std::size_t l = 0; l < kSub; ++l)
-      L[kSub * j + l] = static_cast<std::uint8_t>(clamp(round_half_even((x[kSub * j + l] + offset) / step), 0, 15));
-  }
+  // Steps 1 to 4: codes in [0, 15], 21 trial grids (rmin = -1, 20 steps of 0.1)
+  affine_super_block(x, 15, -1.0f, 20, block, L);
   // Step 5: the nibbles, in 4 runs of 32 bytes: byte l of run c = q_{64c + l} | q_{64c + 32 + l} << 4
   std::uint8_t* qs = block + 16;
   for (std::size_t c = 0; c < kSuper / 64; ++c)
     for (std::size_t l = 0; l < 32; ++l)
       qs[32 * c + l] = static_cast<std::uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+}
+
+void quantize_block_q5_k(const float* x, std::uint8_t* block) {
+  std::uint8_t L[kSuper];
+  // Steps 1 to 4: codes in [0, 31], 16 trial grids (rmin = -0.5, 15 steps of 0.1)
+  affine_super_block(x, 31, -0.5f, 15, block, L);
+  // Step 5: the low 4 bits as Q4_K's nibbles; the fifth bit of element 64c + l in bit 2c of
+  // qh[l], that of element 64c + 32 + l in bit 2c + 1
+  std::uint8_t* qh = block + 16;
+  std::uint8_t* qs = block + 48;
+  std::fill(qh, qh + 32, std::uint8_t{0});
+  for (std::size_t c = 0; c < kSuper / 64; ++c)
+    for (std::size_t l = 0; l < 32; ++l) {
+      const int lo = L[64 * c + l], hi = L[64 * c + 32 + l];
+      qs[32 * c + l] = static_cast<std::uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+      qh[l] = static_cast<std::uint8_t>(qh[l] | ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+    }
+}
+
+void quantize_block_q3_k(const float* x, std::uint8_t* block) {
+  constexpr std::size_t kSub = 16, kSubs = kSuper / kSub;
+  std::uint8_t L[kSuper];  // codes + 4, in [0, 7]
+  float scales[kSubs];
+  // Step 1: each sub-block's own symmetric fit with 3-bit codes in [-4, 3]; the scale of largest
+  // magnitude (with its sign) sets the super-block scale
+  float max_scale = 0.0f, max_abs_scale = 0.0f;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    scales[j] = fit_symmetric_scale_by_descent(x + kSub * j, kSub, 4, L + kSub * j);
+    if (std::fabs(scales[j]) > max_abs_scale) {
+      max_abs_scale = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  std::uint8_t* hmask = block;
+  std::uint8_t* qs = block + 32;
+  std::uint8_t* packed = block + 96;
+  // Step 2: 6-bit scale codes s_j = clamp(round(iscale scale_j), -32, 31) + 32 with
+  // iscale = -32 / max_scale (the largest goes to -32, the end with one more step), d = 1 / iscale
+  // in fp16; the low 4 bits of code j in byte j (j < 8) or the high half of byte j - 8, the top 2
+  // bits in bits 2 (j / 4), 2 (j / 4) + 1 of byte 8 + j % 4
+  std::fill(packed, packed + 12, std::uint8_t{0});
+  if (max_scale != 0.0f) {
+    const float iscale = -32.0f / max_scale;
+    for (std::size_t j = 0; j < kSubs; ++j) {
+      const int code = clamp(round_half_even(iscale * scales[j]), -32, 31) + 32;
+      if (j < 8) packed[j] = static_cast<std::uint8_t>(code & 0x0F);
+      else packed[j - 8] = static_cast<std::uint8_t>(packed[j - 8] | ((code & 0x0F) << 4));
+      packed[8 + j % 4] = static_cast<std::uint8_t>(packed[8 + j % 4] | ((code >> 4) << (2 * (j / 4))));
+    }
+    write_fp16(1.0f / iscale, block + 108);
+  } else {
+    write_fp16(0.0f, block + 108);
+  }
+  // Step 3: the codes again on the stored grid: q = round(x / (d (s_j - 32))) clamped to [-4, 3];
+  // a sub-block whose step is 0 keeps its codes from step 1
+  const float d = read_fp16(block + 108);
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const float step = d * static_cast<float>(q3_k_scale(j, packed) - 32);
+    if (step == 0.0f) continue;
+    for (std::size_t l = 0; l < kSub; ++l)
+      L[kSub * j + l] = static_cast<std::uint8_t>(clamp(round_half_even(x[kSub * j + l] / step), -4, 3) + 4);
+  }
+  // Step 4: the third bit (value 4) of element e into bit e / 32 of hmask[e % 32]; the low 2 bits
+  // into the pairs
+  std::fill(hmask, hmask + 32, std::uint8_t{0});
+  for (std::size_t e = 0; e < kSuper; ++e)
+    if (L[e] > 3) {
+      hmask[e % 32] = static_cast<std::uint8_t>(hmask[e % 32] | (1u << (e / 32)));
+      L[e] = static_cast<std::uint8_t>(L[e] - 4);
+    }
+  pack_pairs(L, qs);
+}
+
+void quantize_block_q2_k(const float* x, std::uint8_t* block) {
+  constexpr std::size_t kSub = 16, kSubs = kSuper / kSub;
+  std::uint8_t L[kSuper];
+  float scales[kSubs], mins[kSubs];
+  // Step 1: each sub-block's own affine fit with codes 0..3, weighting element i by |x_i| and
+  // scoring the trial grids by the weighted absolute error (16 grids: rmin = -0.5, 15 steps of 0.1)
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    float weights[kSub];
+    for (std::size_t l = 0; l < kSub; ++l) weights[l] = std::fabs(x[kSub * j + l]);
+    scales[j] = fit_scale_and_min(x + kSub * j, weights, kSub, 3, -0.5f, 0.1f, 15, true, L + kSub * j, mins[j]);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  std::uint8_t* packed = block;  // byte j: s_j | m_j << 4
+  std::uint8_t* qs = block + 16;
+  // Step 2: 4-bit codes s_j = round(15 scale_j / max_scale), m_j = round(15 min_j / max_min), and
+  // d = max_scale / 15, dmin = max_min / 15 in fp16 (0 when the largest is 0)
+  std::fill(packed, packed + kSubs, std::uint8_t{0});
+  if (max_scale > 0.0f) {
+    const float iscale = 15.0f / max_scale;
+    for (std::size_t j = 0; j < kSubs; ++j) packed[j] = static_cast<std::uint8_t>(round_half_even(iscale * scales[j]));
+    write_fp16(max_scale / 15.0f, block + 80);
+  } else {
+    write_fp16(0.0f, block + 80);
+  }
+  if (max_min > 0.0f) {
+    const float iscale = 15.0f / max_min;
+    for (std::size_t j = 0; j < kSubs; ++j)
+      packed[j] = static_cast<std::uint8_t>(packed[j] | (round_half_even(iscale * mins[j]) << 4));
+    write_fp16(max_min / 15.0f, block + 82);
+  } else {
+    write_fp16(0.0f, block + 82);
+  }
+  // Step 3: the codes again on the stored grid: q = round((x + dmin m_j) / (d s_j)) clamped to [0, 3];
+  // a sub-block whose step is 0 keeps its codes from step 1
+  const float d = read_fp16(block + 80), dmin = read_fp16(block + 82);
+  for (std::size_t j = 0; j < kSubs; ++j) {
+    const float step = d * static_cast<float>(packed[j] & 0x0F);
+    if (step == 0.0f) continue;
+    const float offset = dmin * static_cast<float>(packed[j] >> 4);
+    for (std::size_t l = 0; l < kSub; ++l)
+      L[kSub * j + l] = static_cast<std::uint8_t>(clamp(round_half_even((x[kSub * j + l] + offset) / step), 0, 3));
+  }
+  // Step 4: the 2-bit pairs
+  pack_pairs(L, qs);
 }
 
 void quantize_block_q6_k(const float* x, std::uint8_t* block) {
@@ -421,6 +628,42 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
       }
       return;
     }
+    case GgmlType::q5_K: {  // x^ = d s_j q - dmin m_j, q = nibble | fifth bit << 4
+      const float dmin = read_fp16(block + 2);
+      const std::uint8_t* qh = block + 16;
+      const std::uint8_t* qs = block + 48;
+      for (std::size_t j = 0; j < kSuper / 32; ++j) {
+        int sc = 0, m = 0;
+        q4_k_scale_min(j, block + 4, sc, m);
+        const float step = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
+        // sub-block j: run j / 2 of the nibbles (low halves for even j), its fifth bits in bit j of qh
+        const std::uint8_t* run = qs + 32 * (j / 2);
+        for (std::size_t l = 0; l < 32; ++l) {
+          const int low = j % 2 == 0 ? run[l] & 0x0F : run[l] >> 4;
+          const int q = low + (((qh[l] >> j) & 1) << 4);
+          y[32 * j + l] = step * static_cast<float>(q) - offset;
+        }
+      }
+      return;
+    }
+    case GgmlType::q3_K: {  // x^ = d (s_j - 32) (q - 4), q = low pair | third bit << 2
+      const float d3 = read_fp16(block + 108);
+      for (std::size_t e = 0; e < kSuper; ++e) {
+        const float step = d3 * static_cast<float>(q3_k_scale(e / 16, block + 96) - 32);
+        const int third = (block[e % 32] >> (e / 32)) & 1;
+        y[e] = step * static_cast<float>(pair_of(block + 32, e) + 4 * third - 4);
+      }
+      return;
+    }
+    case GgmlType::q2_K: {  // x^ = d s_j q - dmin m_j, byte j of the scales = s_j | m_j << 4
+      const float d2 = read_fp16(block + 80), dmin = read_fp16(block + 82);
+      for (std::size_t e = 0; e < kSuper; ++e) {
+        const std::uint8_t sm = block[e / 16];
+        const float step = d2 * static_cast<float>(sm & 0x0F), offset = dmin * static_cast<float>(sm >> 4);
+        y[e] = step * static_cast<float>(pair_of(block + 16, e)) - offset;
+      }
+      return;
+    }
     case GgmlType::q6_K: {  // x^ = d s_j (q - 32), q = low 4 bits | high 2 bits << 4
       const float d6 = read_fp16(block + 208);
       const auto* sc = reinterpret_cast<const std::int8_t*>(block + 192);
@@ -464,7 +707,10 @@ void quantize_block(GgmlType type, const float* x, std::uint8_t* block) {
     case GgmlType::q4_1: quantize_block_q4_1(x, block); return;
     case GgmlType::q5_0: quantize_block_q5_0(x, block); return;
     case GgmlType::q5_1: quantize_block_q5_1(x, block); return;
+    case GgmlType::q2_K: quantize_block_q2_k(x, block); return;
+    case GgmlType::q3_K: quantize_block_q3_k(x, block); return;
     case GgmlType::q4_K: quantize_block_q4_k(x, block); return;
+    case GgmlType::q5_K: quantize_block_q5_k(x, block); return;
     case GgmlType::q6_K: quantize_block_q6_k(x, block); return;
     default: break;
   }
@@ -472,8 +718,11 @@ void quantize_block(GgmlType type, const float* x, std::uint8_t* block) {
 }
 
 void validate_quantize(const char* function, const Tensor2& x, GgmlType type, bool scan_values) {
-  require(std::find(quantized_types().begin(), quantized_types().end(), type) != quantized_types().end(), function,
-          "type (", type_name(type), ") is not a block type: Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q6_K or Q4_K");
+  if (std::find(quantized_types().begin(), quantized_types().end(), type) == quantized_types().end()) {
+    std::string known;
+    for (GgmlType t : quantized_types()) known += (known.empty() ? "" : ", ") + type_name(t);
+    fail(function, "type (", type_name(type), ") is not a block type: one of ", known);
+  }
   require_nonempty(function, "x", x);
   require_block_multiple(function, "x's row length", x.shape()[1], type);
   if (!scan_values) return;

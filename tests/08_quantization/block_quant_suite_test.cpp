@@ -102,26 +102,37 @@ TEST_P(BlockQuant, bytes_and_floats_match_the_reference_bit_for_bit) {
 // grids), so no closed form bounds the step from the data; what the format does promise is its
 // last step: the codes are rounded on the grid that the stored numbers give. Read back from the
 // bytes (the layouts of core/ggml_blocks.hpp, decoded here independently of the library), a
-// sub-block's grid is {step q - offset}: Q4_K step = d s_j, offset = dmin m_j, q in [0, 15]; Q6_K
-// step = d s_j, offset = 0, q in [-32, 31]. Each x^ must be the grid point nearest to x:
+// sub-block's grid is {step q - offset}: Q4_K and Q5_K step = d s_j, offset = dmin m_j, q in [0, 15]
+// and [0, 31]; Q2_K the same with 4-bit codes and q in [0, 3]; Q6_K step = d s_j, offset = 0,
+// q in [-32, 31]; Q3_K step = d (s_j - 32), q in [-4, 3]. Each x^ must be the grid point nearest to x:
 // |x - x^| <= the distance from x to the grid (at most step / 2 inside it) + float rounding of
 // (x + offset) / step and of the decode, a few units of 2^-24 of |x| + |offset| + 63 |step|.
 void expect_nearest_on_the_stored_grid(const Backend& backend, const Tensor2& x, const QuantizedMatrix& q,
                                        const Tensor2& back) {
-  const bool q4 = q.type == GgmlType::q4_K;
-  const std::size_t sub = q4 ? 32 : 16, supers = q.cols / 256;
-  const int lo = q4 ? 0 : -32, hi = q4 ? 15 : 31;
+  const bool sub_of_32 = q.type == GgmlType::q4_K || q.type == GgmlType::q5_K;
+  const std::size_t sub = sub_of_32 ? 32 : 16, supers = q.cols / 256;
+  int lo = 0, hi = 3;  // Q2_K
+  if (q.type == GgmlType::q4_K) hi = 15;
+  if (q.type == GgmlType::q5_K) hi = 31;
+  if (q.type == GgmlType::q6_K) lo = -32, hi = 31;
+  if (q.type == GgmlType::q3_K) lo = -4, hi = 3;
   for (std::size_t r = 0; r < q.rows; ++r)
     for (std::size_t s = 0; s < supers; ++s) {
       const std::uint8_t* blk = q.row(r) + s * block_bytes(q.type);
       auto half = [](const std::uint8_t* p) { return static_cast<double>(fp16_bits_to_float(static_cast<std::uint16_t>(p[0] | p[1] << 8))); };
       for (std::size_t j = 0; j < 256 / sub; ++j) {
         double step = 0.0, offset = 0.0;
-        if (q4) {
+        if (sub_of_32) {
           const std::uint8_t* sc = blk + 4;  // 6-bit codes: j < 4 in bytes j, j + 4; else split
           const int s_j = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
           const int m_j = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
           step = half(blk) * s_j, offset = half(blk + 2) * m_j;
+        } else if (q.type == GgmlType::q2_K) {  // byte j: s_j | m_j << 4; d, dmin at bytes 80, 82
+          step = half(blk + 80) * (blk[j] & 15), offset = half(blk + 82) * (blk[j] >> 4);
+        } else if (q.type == GgmlType::q3_K) {  // 6-bit s_j: low 4 bits, then 2 bits of byte 8 + j % 4
+          const std::uint8_t* sc = blk + 96;
+          const int low = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4;
+          step = half(blk + 108) * ((low | ((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32);
         } else {
           step = half(blk + 208) * static_cast<std::int8_t>(blk[192 + j]);
         }
@@ -154,7 +165,7 @@ TEST_P(BlockQuant, the_error_stays_within_the_step_and_the_fp16_rounding) {
   const Tensor2 x = hostile_matrix(802, 6, 512);
   const QuantizedMatrix q = backend.quantize(x, type);
   const Tensor2 back = backend.dequantize(q);
-  if (type == GgmlType::q4_K || type == GgmlType::q6_K) {
+  if (is_k_quant(type)) {
     expect_nearest_on_the_stored_grid(backend, x, q, back);
     return;
   }
@@ -198,7 +209,7 @@ TEST_P(BlockQuant, a_dequantized_symmetric_matrix_quantizes_to_the_same_bytes) {
   const auto& [backend, type] = GetParam();
   TVLAB_SKIP_WITHOUT_DEVICE(backend);
   if (type == GgmlType::q4_1 || type == GgmlType::q5_1) GTEST_SKIP() << "asymmetric: not a fixed point (see above)";
-  if (type == GgmlType::q4_K || type == GgmlType::q6_K)
+  if (is_k_quant(type))
     GTEST_SKIP() << "K-quant: its scales come from a search over trial grids, which need not find the same scales "
                     "for the dequantized values; no fixed point is claimed";
   const QuantizedMatrix q = backend.quantize(hostile_matrix(803, 5, 256), type);

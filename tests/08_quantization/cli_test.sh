@@ -9,7 +9,7 @@ grep -q "little-endian" "$tmp/out" && pass "--step shows the fp16 scale's bytes"
 for type in Q8_0 Q5_1 Q5_0 Q4_1 q4_0; do
   check "quant --type $type, every backend" 0 "" -- "$tvlab" quant --type "$type" --backend all
 done
-for type in Q6_K Q4_K; do
+for type in Q6_K Q5_K Q4_K Q3_K Q2_K; do
   check "quant --type $type --step, every backend" 0 "" -- "$tvlab" quant --type "$type" --cols 256 --step --backend all
 done
 for type in Q8_0 Q4_0 Q4_K; do
@@ -28,7 +28,7 @@ is_npy "$tmp"/npy/{x,bytes_opt,dequantize_opt}.npy
 check "quant --write-gguf" 0 "" -- "$tvlab" quant --write-gguf "$tmp/demo.gguf" --rows 4 --cols 256
 check "quant --gguf --dump" 0 "" -- "$tvlab" quant --gguf "$tmp/demo.gguf" --dump "$tmp/gguf_npy"
 grep -q "w.Q4_0: Q4_0, \[256 x 4\], 576 bytes" "$tmp/out" && pass "--gguf lists the tensors" || fail "--gguf does not list w.Q4_0"
-is_npy "$tmp"/gguf_npy/{w.f32,w.Q8_0,w.Q4_0,w.Q4_K,w.Q6_K}.npy
+is_npy "$tmp"/gguf_npy/{w.f32,w.Q8_0,w.Q4_0,w.Q2_K,w.Q3_K,w.Q4_K,w.Q5_K,w.Q6_K}.npy
 check "quant --write-gguf: rows of 64 leave out the K-quants" 0 "" -- "$tvlab" quant --write-gguf "$tmp/small.gguf" --cols 64
 check "quant --gguf, the small file" 0 "" -- "$tvlab" quant --gguf "$tmp/small.gguf"
 grep -q "Q4_K" "$tmp/out" && fail "a 64-wide file lists a K-quant" || pass "a 64-wide file has no K-quant"
@@ -45,5 +45,11 @@ if [ -x "$python" ]; then
 else
   fail "build/py_venv is missing: run scripts/python_env.sh (make test does) for the gguf-py comparison"
 fi
+
+# ggml's own C code (ggml-quants.c, fetched by `make deps`) gives the bytes and values the block
+# tests hold tvlab to
+check "ggml's quantize_row_*_ref and dequantize_row_* give the tests' hashes" 0 "" -- \
+  bash "$(dirname "$0")/../../scripts/ggml_quants_check.sh"
+tail -1 "$tmp/out"
 
 [ "$failures" -eq 0 ]

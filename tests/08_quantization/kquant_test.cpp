@@ -1,5 +1,5 @@
-// Chapter 08, ggml's K-quants Q4_K and Q6_K: llama.cpp's own test data and thresholds
-// (tests/test-quantize-fns.cpp), the error against the 32-weight formats on the lesson's data,
+// Chapter 08, ggml's K-quants Q2_K to Q6_K: bytes and values held to those of ggml's own code,
+// llama.cpp's own test data and thresholds (tests/test-quantize-fns.cpp), the error against the 32-weight formats on the lesson's data,
 // all-zero and tiny super-blocks, a tie rounded half to even, and blocks encoded and decoded by
 // hand from the layouts of core/ggml_blocks.hpp.
 
@@ -25,7 +25,7 @@ namespace {
 
 using tvlab::testing::throws_error_naming;
 
-const GgmlType kKQuants[] = {GgmlType::q4_K, GgmlType::q6_K};
+const GgmlType kKQuants[] = {GgmlType::q2_K, GgmlType::q3_K, GgmlType::q4_K, GgmlType::q5_K, GgmlType::q6_K};
 
 // test-quantize-fns's metric: sqrt(sum of squared differences) / n, in double, the root taken in
 // float (`sqrtf(sum) / n`). It is the RMSE divided by sqrt(n): for n = 4096, RMSE / 64.
@@ -82,58 +82,141 @@ TEST(Ch08KQuant, llama_cpp_test_data_stays_within_its_thresholds) {
   }
 }
 
-// Golden bytes: a million weights from an integer generator (exact in float on every machine:
-// sums of 24-bit uniforms, 1% of them x 20, every fifth super-block rounded to quarters so that
-// many codes fall on ties, every seventh scaled by 1e-3), quantized by ggml's quantize_row_q4_K_ref
-// and quantize_row_q6_K_ref (transcribed from ggml-quants.c, compiled with gcc -O2
-// -ffp-contract=off). The FNV-1a hashes of their bytes are below; one float operation taken in
-// another order inside the scale search (say w (l x) for (w l) x) changes them.
-std::vector<float> golden_data(std::size_t n) {
-  std::vector<float> x(n);
-  std::uint32_t state = 2024;
-  auto uniform = [&] {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(state >> 8) * 0x1p-24f;
-  };
-  for (std::size_t i = 0; i < n; ++i) {
-    float v = uniform() + uniform() + uniform() + uniform() - 2.0f;
-    if (uniform() < 0.01f) v *= 20.0f;
+// Golden bytes and values from ggml's own code: scripts/ggml_quants_check.sh compiles ggml's
+// ggml-quants.c (ggml 0.15.3) with a program that builds the two data sets below (the same integer
+// generator, exact in float on every machine), runs quantize_row_*_ref and dequantize_row_* on
+// them, and prints the FNV-1a hashes of the bytes and of the float32 values; it checks that each
+// of its hashes appears in this file. One float operation taken in another order inside a scale
+// search (say w (l x) for (w l) x) changes them.
+std::uint32_t lcg_state = 0;
+float lcg_uniform() {  // 24 random bits in [0, 1)
+  lcg_state = lcg_state * 1664525u + 1013904223u;
+  return static_cast<float>(lcg_state >> 8) * 0x1p-24f;
+}
+
+// "golden": a million weights, sums of 4 uniforms minus 2, 1% of them x 20, every fifth super-block
+// rounded to quarters (many codes on ties), every seventh scaled by 1e-3.
+std::vector<float> golden_data() {
+  std::vector<float> x(256 * 4096);
+  lcg_state = 2024;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    float v = lcg_uniform() + lcg_uniform() + lcg_uniform() + lcg_uniform() - 2.0f;
+    if (lcg_uniform() < 0.01f) v *= 20.0f;
     if ((i / 256) % 5 == 3) v = static_cast<float>(static_cast<int>(v * 8.0f)) * 0.25f;
     x[i] = v * ((i / 256) % 7 == 2 ? 1e-3f : 1.0f);
   }
   return x;
 }
 
-std::uint64_t fnv1a(const std::vector<std::uint8_t>& bytes) {
+// "edges": 64 super-blocks, super-block s of kind s % 16: all zero, tiny (1e-30: every fp16 scale 0),
+// large (up to 6e4), one sub-block of 16 among zeros, one spike, all positive, constant negative,
+// constant positive, eighths (ties), sub-blocks of 1e-2 ... 1e2, 5% outliers x 50, 90% zeros, 1e-4
+// (fp16 scales subnormal), 1e-7 (fp16 scales 0 or the smallest), plain, alternating 100 and 0.001.
+std::vector<float> edge_data() {
+  const float decades[5] = {1e-2f, 1e-1f, 1.0f, 1e1f, 1e2f};
+  std::vector<float> x(256 * 64);
+  lcg_state = 808;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t s = i / 256, e = i % 256;
+    const float a = lcg_uniform(), b = lcg_uniform(), c = lcg_uniform(), d = lcg_uniform();
+    const float v = a + b + c + d - 2.0f;
+    float out = 0.0f;
+    switch (s % 16) {
+      case 0: out = 0.0f; break;
+      case 1: out = v * 1e-30f; break;
+      case 2: out = v * 3e4f; break;
+      case 3: out = e / 16 == 5 ? v : 0.0f; break;
+      case 4: out = e == 77 ? 40.0f : v * 0.01f; break;
+      case 5: out = v + 3.0f; break;
+      case 6: out = -2.5f; break;
+      case 7: out = 1.75f; break;
+      case 8: out = static_cast<float>(static_cast<int>(v * 16.0f)) * 0.125f; break;
+      case 9: out = v * decades[(e / 32) % 5]; break;
+      case 10: out = lcg_uniform() < 0.05f ? v * 50.0f : v; break;
+      case 11: out = lcg_uniform() < 0.9f ? 0.0f : v; break;
+      case 12: out = v * 1e-4f; break;
+      case 13: out = v * 1e-7f; break;
+      case 14: out = v; break;
+      case 15: out = e % 2 ? v * 100.0f : v * 0.001f; break;
+    }
+    x[i] = out;
+  }
+  return x;
+}
+
+std::uint64_t fnv1a(const std::uint8_t* bytes, std::size_t n) {
   std::uint64_t h = 1469598103934665603ull;
-  for (std::uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   return h;
 }
 
-TEST(Ch08KQuant, bytes_are_ggmls_on_a_million_weights) {
-  const std::size_t n = 256 * 4096;
-  const std::vector<float> data = golden_data(n);
-  Tensor2 x = Tensor2::from_shape({1024, n / 1024});
+struct GgmlHashes {
+  GgmlType type;
+  std::uint64_t bytes, values;  // of quantize_row_*_ref's bytes, of dequantize_row_*'s float32 values
+};
+
+// scripts/ggml_quants_check.sh --print
+const std::vector<GgmlHashes> kGolden = {
+    {GgmlType::q8_0, 0x43211c746559b1c2ull, 0x3394cfd07222b2adull},
+    {GgmlType::q4_0, 0x4aa63160c2bb050cull, 0x85df81cdd9c89376ull},
+    {GgmlType::q4_1, 0xb24979c8f54b8c47ull, 0xcbfa11cff734f0c5ull},
+    {GgmlType::q5_0, 0x955f2e3aa1b212a4ull, 0x5e579180e0e11e1aull},
+    {GgmlType::q5_1, 0x7039e284a4f53f7eull, 0x1eb9ceec5a929240ull},
+    {GgmlType::q2_K, 0x64900e28aebcd793ull, 0x5002e6759e153cd8ull},
+    {GgmlType::q3_K, 0x86b7e4347f09f93bull, 0x75a452cecc36adbeull},
+    {GgmlType::q4_K, 0x2bc5b02ec8baa72eull, 0x25922a5af31900d2ull},
+    {GgmlType::q5_K, 0x26f82c51f974a632ull, 0x26fd0b1c659fbe5eull},
+    {GgmlType::q6_K, 0x9f22841ca728440dull, 0x8d7d875e30579757ull},
+};
+const std::vector<GgmlHashes> kEdges = {
+    {GgmlType::q8_0, 0x00392a2cbe4ac97cull, 0xc793b3240675a496ull},
+    {GgmlType::q4_0, 0xf22b689debed4caeull, 0xff731cff65ecb502ull},
+    {GgmlType::q4_1, 0xa0894ce40980f949ull, 0xd6df8ac85eb27d5dull},
+    {GgmlType::q5_0, 0x7d932908323b2b76ull, 0x13e6dac5f6f3bd08ull},
+    {GgmlType::q5_1, 0x03cd5f87c3ffa3dcull, 0x31afba047cc3cb0dull},
+    {GgmlType::q2_K, 0x43a95be610a92fedull, 0xc4d98e666d0adefdull},
+    {GgmlType::q3_K, 0x47b00438896b6965ull, 0x8037fca4e61fb186ull},
+    {GgmlType::q4_K, 0x29feb44107544821ull, 0x357c9d49768dfafaull},
+    {GgmlType::q5_K, 0x67d9a901fea8c590ull, 0xb33bba6763b0df4bull},
+    {GgmlType::q6_K, 0xe08601f8aec87862ull, 0x4422743b080ada57ull},
+};
+
+void expect_ggmls_hashes(const char* name, const std::vector<float>& data, std::size_t cols,
+                         const std::vector<GgmlHashes>& hashes) {
+  Tensor2 x = Tensor2::from_shape({data.size() / cols, cols});
   std::copy(data.begin(), data.end(), x.begin());
-  const std::map<GgmlType, std::uint64_t> ggml = {{GgmlType::q4_K, 0x2bc5b02ec8baa72eull},
-                                                  {GgmlType::q6_K, 0x9f22841ca728440dull}};
   for (const Backend& backend : backends()) {
     if (!backend.quantize) continue;
-    for (const auto& [type, hash] : ggml)
-      EXPECT_EQ(fnv1a(backend.quantize(x, type).bytes), hash)
-          << backend.name << ", " << type_name(type) << ": not ggml's bytes; the usual cause is a float operation "
-          << "in another order than ggml's, or a fused multiply-add";
+    for (const GgmlHashes& h : hashes) {
+      const QuantizedMatrix q = backend.quantize(x, h.type);
+      EXPECT_EQ(fnv1a(q.bytes.data(), q.bytes.size()), h.bytes)
+          << name << ", " << backend.name << ", " << h.type << ": not ggml's bytes; the usual cause is a float "
+          << "operation in another order than ggml's, or a fused multiply-add";
+      const Tensor2 back = backend.dequantize(q);
+      EXPECT_EQ(fnv1a(reinterpret_cast<const std::uint8_t*>(back.data()), back.size() * sizeof(float)), h.values)
+          << name << ", " << backend.name << ", " << h.type << ": not the values of ggml's dequantize_row_*";
+    }
   }
+}
+
+TEST(Ch08KQuant, bytes_and_values_are_ggmls_on_a_million_weights) {
+  expect_ggmls_hashes("golden", golden_data(), 1024, kGolden);
+}
+
+TEST(Ch08KQuant, bytes_and_values_are_ggmls_on_zero_tiny_large_and_constant_blocks) {
+  expect_ggmls_hashes("edges", edge_data(), 1024, kEdges);
 }
 
 // The lesson's data (walkthrough's table_data): 256 x 1024 weights N(0, 1), seed 808, and the same
 // with 1% multiplied by 20. Measured RMSE (ref; this test prints them, with the largest errors):
-//   format (bits):  Q8_0 (8.5)  Q6_K (6.56)  Q5_1 (6)  Q5_0 (5.5)  Q4_K (4.5)  Q4_1 (5)  Q4_0 (4.5)
-//   N(0, 1):        5.38e-3     1.78e-2      3.80e-2   4.29e-2     7.17e-2     7.85e-2   8.64e-2
-//   1% outliers:    2.41e-2     6.95e-2      1.13e-1   1.86e-1     2.12e-1     2.36e-1   3.14e-1
+//   format (bits):  Q8_0 (8.5)  Q6_K (6.56)  Q5_1 (6)  Q5_K (5.5)  Q5_0 (5.5)  Q4_K (4.5)  Q4_1 (5)  Q4_0 (4.5)  Q3_K (3.44)  Q2_K (2.63)
+//   N(0, 1):        5.38e-3     1.78e-2      3.80e-2   3.63e-2     4.29e-2     7.17e-2     7.85e-2   8.64e-2     1.52e-1      2.98e-1
+//   1% outliers:    2.41e-2     6.95e-2      1.13e-1   1.09e-1     1.86e-1     2.12e-1     2.36e-1   3.14e-1     3.30e-1      5.68e-1
 // So Q6_K beats Q5_0 and Q5_1 with about as many bits, and Q4_K beats Q4_0 with the same 4.5 bits
-// and Q4_1 with fewer; only Q8_0, with two more bits, does better than Q6_K. The margins (at least
-// 9% of the larger RMSE) are far beyond any float-rounding effect.
+// and Q4_1 with fewer; only Q8_0, with two more bits, does better than Q6_K. Among the K-quants
+// each bit of code roughly halves the RMSE (Q2_K to Q6_K: 2.98e-1, 1.52e-1, 7.17e-2, 3.63e-2,
+// 1.78e-2 on N(0, 1)). The margins (at least 9% of the larger RMSE) are far beyond any
+// float-rounding effect.
 TEST(Ch08KQuant, k_quants_beat_the_32_weight_formats_of_their_size) {
   for (bool outliers : {false, true}) {
     const Tensor2 x = analysis::lesson_weights(outliers);
@@ -154,6 +237,11 @@ TEST(Ch08KQuant, k_quants_beat_the_32_weight_formats_of_their_size) {
     EXPECT_LT(e[GgmlType::q4_K], e[GgmlType::q4_0]) << data;
     EXPECT_LT(e[GgmlType::q4_K], e[GgmlType::q4_1]) << data;
     EXPECT_LT(e[GgmlType::q8_0], e[GgmlType::q6_K]) << data;
+    // and among the K-quants, each bit of code buys accuracy
+    EXPECT_LT(e[GgmlType::q6_K], e[GgmlType::q5_K]) << data;
+    EXPECT_LT(e[GgmlType::q5_K], e[GgmlType::q4_K]) << data;
+    EXPECT_LT(e[GgmlType::q4_K], e[GgmlType::q3_K]) << data;
+    EXPECT_LT(e[GgmlType::q3_K], e[GgmlType::q2_K]) << data;
   }
 }
 
@@ -348,9 +436,21 @@ TEST(Ch08KQuant, bad_input_is_named) {
                                   {"dequantize_block", "type (F32)"}));
   EXPECT_EQ(type_from_name("test", "q6_k"), GgmlType::q6_K);
   EXPECT_EQ(type_from_name("test", "Q4_K"), GgmlType::q4_K);
-  EXPECT_TRUE(is_known_type(12) && is_known_type(14) && !is_known_type(13));
+  EXPECT_EQ(type_from_name("test", "q5_k"), GgmlType::q5_K);
+  EXPECT_EQ(type_from_name("test", "Q3_K"), GgmlType::q3_K);
+  EXPECT_EQ(type_from_name("test", "q2_K"), GgmlType::q2_K);
+  for (std::uint32_t number = 10; number <= 14; ++number) EXPECT_TRUE(is_known_type(number)) << number;
+  EXPECT_FALSE(is_known_type(9));   // Q8_1: ggml's activation format, not stored in files here
+  EXPECT_FALSE(is_known_type(15));  // Q8_K: likewise
+  // bits per weight from ggml-common.h's block structs: (2 + 2 + 16 + 64) * 8 / 256 and so on
+  EXPECT_EQ(bits_per_weight(GgmlType::q2_K), 2.625);
+  EXPECT_EQ(bits_per_weight(GgmlType::q3_K), 3.4375);
   EXPECT_EQ(bits_per_weight(GgmlType::q4_K), 4.5);
+  EXPECT_EQ(bits_per_weight(GgmlType::q5_K), 5.5);
   EXPECT_EQ(bits_per_weight(GgmlType::q6_K), 6.5625);
+  for (GgmlType type : kKQuants) EXPECT_EQ(block_size(type), 256u) << type;
+  EXPECT_TRUE(throws_error_naming([&] { ref::quantize(Tensor2::from_shape({1, 256}), GgmlType::f32); },
+                                  {"quantize", "type (F32)", "Q2_K"}));
 }
 
 }  // namespace

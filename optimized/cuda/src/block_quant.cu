@@ -1,5 +1,5 @@
 // CUDA kernels of chapter 08: dequantizing ggml's block formats (the 32-weight ones and the
-// K-quants Q4_K and Q6_K), the quantized matrix-vector product (Q8_0, Q4_0; Q4_K), FP8 conversion by the hardware's intrinsics. Every float operation that
+// K-quants Q2_K to Q6_K), the quantized matrix-vector product (Q8_0, Q4_0; Q4_K), FP8 conversion by the hardware's intrinsics. Every float operation that
 // decides a value is a round-to-nearest intrinsic (__fmul_rn, __fadd_rn): nvcc contracts a * b + c
 // into one FMA otherwise, which rounds once where the reference rounds twice.
 
@@ -14,8 +14,9 @@ namespace {
 
 constexpr int kBlock = 32;
 constexpr int kSuper = 256;  // the K-quants' super-block
-constexpr std::uint32_t kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
-constexpr int kQ4KBytes = 144, kQ6KBytes = 210, kQ8KBytes = 292;
+constexpr std::uint32_t kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8;
+constexpr std::uint32_t kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
+constexpr int kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210, kQ8KBytes = 292;
 
 __host__ __device__ constexpr int block_bytes(std::uint32_t type) {
   return type == kQ8_0 ? 34 : type == kQ4_0 ? 18 : type == kQ4_1 ? 20 : type == kQ5_0 ? 22 : 24;
@@ -58,18 +59,52 @@ __device__ int q4_k_nibble(const std::uint8_t* block, int l) {
   return (l / 32) % 2 == 0 ? (byte & 0x0F) : (byte >> 4);
 }
 
-// One thread per weight of a K-quant, as ref::dequantize_block: Q4_K x^ = (d s_j) q - dmin m_j,
-// Q6_K x^ = (d s_j) (q - 32), each product and the difference rounded on its own.
+// The 2 low bits of element l of Q2_K's and Q3_K's pairs (ref's pair_of): in half h = l / 128, byte
+// 32h + l % 32 holds elements l, l + 32, l + 64, l + 96 of the half in its bit pairs.
+__device__ int pair_of(const std::uint8_t* qs, int l) {
+  return (qs[32 * (l / 128) + l % 32] >> (2 * ((l % 128) / 32))) & 3;
+}
+
+// One thread per weight of a K-quant, as ref::dequantize_block, each product and the difference
+// rounded on its own: Q4_K and Q5_K x^ = (d s_j) q - dmin m_j (Q5_K: q has a fifth bit), Q3_K
+// x^ = (d (s_j - 32)) (q - 4), Q2_K x^ = (d s_j) q - dmin m_j, Q6_K x^ = (d s_j) (q - 32).
 __global__ void dequantize_k_kernel(std::uint32_t type, const std::uint8_t* blocks, long long count, float* y) {
   const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   const int l = static_cast<int>(i % kSuper);
-  if (type == kQ4_K) {
-    const std::uint8_t* b = blocks + (i / kSuper) * kQ4KBytes;
+  const long long super = i / kSuper;
+  if (type == kQ4_K || type == kQ5_K) {
+    const std::uint8_t* b = blocks + super * (type == kQ4_K ? kQ4KBytes : kQ5KBytes);
     int sc = 0, m = 0;
     q4_k_scale_min(l / 32, b + 4, sc, m);
+    int q = 0;
+    if (type == kQ4_K) {
+      q = q4_k_nibble(b, l);
+    } else {  // the nibbles start at byte 48, after 32 bytes of fifth bits (bit j of byte l % 32)
+      const std::uint8_t byte = b[48 + 32 * (l / 64) + l % 32];
+      q = ((l / 32) % 2 == 0 ? (byte & 0x0F) : (byte >> 4)) + (((b[16 + l % 32] >> (l / 32)) & 1) << 4);
+    }
     const float step = __fmul_rn(load_fp16(b), static_cast<float>(sc)), offset = __fmul_rn(load_fp16(b + 2), static_cast<float>(m));
-    y[i] = __fsub_rn(__fmul_rn(step, static_cast<float>(q4_k_nibble(b, l))), offset);
+    y[i] = __fsub_rn(__fmul_rn(step, static_cast<float>(q)), offset);
+    return;
+  }
+  if (type == kQ3_K) {  // 32 bytes of third bits, 64 of pairs, 12 of 6-bit scales, fp16 d
+    const std::uint8_t* b = blocks + super * kQ3KBytes;
+    const int j = l / 16;
+    const std::uint8_t* packed = b + 96;
+    const int low = j < 8 ? packed[j] & 0x0F : packed[j - 8] >> 4;
+    const int scale = low | (((packed[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+    const int third = (b[l % 32] >> (l / 32)) & 1;
+    const float step = __fmul_rn(load_fp16(b + 108), static_cast<float>(scale - 32));
+    y[i] = __fmul_rn(step, static_cast<float>(pair_of(b + 32, l) + 4 * third - 4));
+    return;
+  }
+  if (type == kQ2_K) {  // 16 bytes of 4-bit scale and min codes, 64 of pairs, fp16 d, fp16 dmin
+    const std::uint8_t* b = blocks + super * kQ2KBytes;
+    const std::uint8_t sm = b[l / 16];
+    const float step = __fmul_rn(load_fp16(b + 80), static_cast<float>(sm & 0x0F));
+    const float offset = __fmul_rn(load_fp16(b + 82), static_cast<float>(sm >> 4));
+    y[i] = __fsub_rn(__fmul_rn(step, static_cast<float>(pair_of(b + 16, l))), offset);
     return;
   }
   // Q6_K: half h = l / 128 holds 64 bytes of low nibbles and 32 of high bit pairs; within it,
@@ -182,7 +217,7 @@ unsigned blocks_for(long long count, int threads) { return static_cast<unsigned>
 void dequantize_blocks(std::uint32_t type, const std::uint8_t* blocks, std::size_t rows, std::size_t cols, float* y) {
   const long long count = static_cast<long long>(rows * cols);
   if (count == 0) return;
-  if (type == kQ4_K || type == kQ6_K)
+  if (type >= kQ2_K && type <= kQ6_K)
     dequantize_k_kernel<<<blocks_for(count, 256), 256>>>(type, blocks, count, y);
   else
     dequantize_kernel<<<blocks_for(count, 256), 256>>>(type, blocks, count, y);

@@ -12,8 +12,6 @@ namespace tvlab::cuda {
 
 Tensor2 dequantize(const QuantizedMatrix& q) {
   ref::validate_dequantize("dequantize", q);
-  require(block_size(q.type) == 32 || q.type == GgmlType::q4_K || q.type == GgmlType::q6_K, "dequantize", "q.type (",
-          type_name(q.type), ") has no CUDA kernel: they dequantize Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K");
   Tensor2 y = Tensor2::from_shape({q.rows, q.cols});
   DeviceBuffer<std::uint8_t> blocks(q.bytes.data(), q.bytes.size());
   DeviceBuffer<float> out(y.size());

@@ -10,7 +10,8 @@ namespace tvlab {
 
 const std::vector<GgmlType>& quantized_types() {
   static const std::vector<GgmlType> all = {GgmlType::q8_0, GgmlType::q5_1, GgmlType::q5_0, GgmlType::q4_1,
-                                            GgmlType::q4_0, GgmlType::q6_K, GgmlType::q4_K};
+                                            GgmlType::q4_0, GgmlType::q6_K, GgmlType::q5_K, GgmlType::q4_K,
+                                            GgmlType::q3_K, GgmlType::q2_K};
   return all;
 }
 
@@ -23,7 +24,10 @@ std::string type_name(GgmlType type) {
     case GgmlType::q5_0: return "Q5_0";
     case GgmlType::q5_1: return "Q5_1";
     case GgmlType::q8_0: return "Q8_0";
+    case GgmlType::q2_K: return "Q2_K";
+    case GgmlType::q3_K: return "Q3_K";
     case GgmlType::q4_K: return "Q4_K";
+    case GgmlType::q5_K: return "Q5_K";
     case GgmlType::q6_K: return "Q6_K";
   }
   return "type " + std::to_string(static_cast<std::uint32_t>(type));
@@ -41,7 +45,7 @@ void write_fp16(float value, std::uint8_t* bytes) {
 
 bool is_known_type(std::uint32_t number) {
   for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
-                     GgmlType::q8_0, GgmlType::q4_K, GgmlType::q6_K})
+                     GgmlType::q8_0, GgmlType::q2_K, GgmlType::q3_K, GgmlType::q4_K, GgmlType::q5_K, GgmlType::q6_K})
     if (static_cast<std::uint32_t>(t) == number) return true;
   return false;
 }
@@ -50,17 +54,23 @@ GgmlType type_from_name(const char* function, const std::string& name) {
   std::string upper = name;
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
   std::string known;
-  for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::q8_0, GgmlType::q5_1, GgmlType::q5_0, GgmlType::q4_1,
-                     GgmlType::q4_0, GgmlType::q6_K, GgmlType::q4_K}) {
+  std::vector<GgmlType> all = {GgmlType::f32, GgmlType::f16};
+  all.insert(all.end(), quantized_types().begin(), quantized_types().end());
+  for (GgmlType t : all) {
     if (type_name(t) == upper) return t;
     known += (known.empty() ? "" : ", ") + type_name(t);
   }
   fail(function, "type \"", name, "\" is not one of ", known);
 }
 
+bool is_k_quant(GgmlType type) {
+  return type == GgmlType::q2_K || type == GgmlType::q3_K || type == GgmlType::q4_K || type == GgmlType::q5_K ||
+         type == GgmlType::q6_K;
+}
+
 std::size_t block_size(GgmlType type) {
   if (type == GgmlType::f32 || type == GgmlType::f16) return 1;
-  return type == GgmlType::q4_K || type == GgmlType::q6_K ? 256 : 32;  // QK_K, the K-quants' super-block
+  return is_k_quant(type) ? 256 : 32;  // QK_K, the K-quants' super-block
 }
 
 std::size_t block_bytes(GgmlType type) {
@@ -72,8 +82,11 @@ std::size_t block_bytes(GgmlType type) {
     case GgmlType::q5_0: return 2 + 4 + 16;
     case GgmlType::q5_1: return 2 + 2 + 4 + 16;
     case GgmlType::q8_0: return 2 + 32;
-    case GgmlType::q4_K: return 2 + 2 + 12 + 128;  // d, dmin, 6-bit scales and mins, nibbles
-    case GgmlType::q6_K: return 128 + 64 + 16 + 2;  // low nibbles, high pairs, int8 scales, d
+    case GgmlType::q2_K: return 16 + 64 + 2 + 2;        // 4-bit scales and mins, 2-bit codes, d, dmin
+    case GgmlType::q3_K: return 32 + 64 + 12 + 2;       // high bits, low pairs, 6-bit scales, d
+    case GgmlType::q4_K: return 2 + 2 + 12 + 128;       // d, dmin, 6-bit scales and mins, nibbles
+    case GgmlType::q5_K: return 2 + 2 + 12 + 32 + 128;  // d, dmin, 6-bit scales and mins, fifth bits, nibbles
+    case GgmlType::q6_K: return 128 + 64 + 16 + 2;      // low nibbles, high pairs, int8 scales, d
   }
   fail("block_bytes", "type (", static_cast<std::uint32_t>(type), ") is not a known ggml type");
 }

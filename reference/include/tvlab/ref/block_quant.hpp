@@ -1,10 +1,12 @@
 #pragma once
 /// @file
-/// ggml's block quantization formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q6_K and Q4_K
+/// ggml's block quantization formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q2_K to Q6_K
 /// (chapter 08), byte for byte as llama.cpp's `quantize_row_*_ref` and `dequantize_row_*` compute
 /// them: a block of 32 weights keeps one fp16 scale d (and, for the "_1" types, an fp16 minimum m)
 /// and 32 small integer codes q; a K-quant super-block of 256 keeps a scale per sub-block,
-/// itself quantized against fp16 super-block scales (layouts in core/ggml_blocks.hpp).
+/// itself quantized against fp16 super-block scales (layouts in core/ggml_blocks.hpp). Every format
+/// is held to ggml's own ggml-quants.c (0.15.3), compiled and run by scripts/ggml_quants_check.sh:
+/// the same bytes and values on a million weights and on zero, tiny, large and constant blocks.
 ///
 /// - **Q8_0** (symmetric, 8 bits): \f$ d = \max_j |x_j| / 127 \f$, \f$ q_j = \mathrm{round}(x_j / d) \in [-127, 127] \f$,
 ///   \f$ \hat x_j = d\, q_j \f$.
@@ -27,6 +29,18 @@
 ///   make_qkx2_quants, a least-squares line per grid); then \f$ d = \max_j a_j / 63 \f$,
 ///   \f$ s_j = \mathrm{round}(63\, a_j / \max_j a_j) \f$ (likewise dmin and m_j), and the codes are
 ///   rounded again on the grid the stored numbers give: \f$ q_i = \mathrm{round}((x_i + d_{min} m_j) / (d\, s_j)) \in [0, 15] \f$.
+/// - **Q5_K** (asymmetric, 5 bits): Q4_K with codes \f$ q_i \in [0, 31] \f$ and 16 trial grids
+///   (\f$ r_{min} = -0.5 \f$, 15 steps of 0.1, against Q4_K's -1 and 20).
+/// - **Q3_K** (symmetric, 3 bits, 16 sub-blocks of 16): \f$ \hat x_i = d\, (s_j - 32)\, (q_i - 4) \f$ with a 6-bit
+///   \f$ s_j \f$. Each sub-block is fitted \f$ x_i \approx a_j l_i \f$, \f$ l_i \in [-4, 3] \f$, weights \f$ x_i^2 \f$,
+///   starting on the grid \f$ -4 / x_{max} \f$ and then changing one code at a time to
+///   \f$ \mathrm{round}(x_i S'_{ll} / S'_{xl}) \f$ (the best code given the others) while that lowers the error
+///   (ggml's make_q3_quants); \f$ d = -a^* / 32 \f$, \f$ s_j - 32 = \mathrm{clamp}(\mathrm{round}(-32\, a_j / a^*), -32, 31) \f$,
+///   and \f$ q_i - 4 = \mathrm{round}(x_i / (d\, (s_j - 32))) \in [-4, 3] \f$.
+/// - **Q2_K** (asymmetric, 2 bits, 16 sub-blocks of 16): \f$ \hat x_i = d\, s_j\, q_i - d_{min}\, m_j \f$ with
+///   4-bit \f$ s_j, m_j \f$. The fit is Q4_K's with codes 0..3, weights \f$ |x_i| \f$ and the trial grids
+///   scored by the weighted absolute error \f$ \sum_i w_i |a_j q_i - b_j - x_i| \f$;
+///   \f$ d = \max_j a_j / 15 \f$, \f$ s_j = \mathrm{round}(15\, a_j / \max_j a_j) \f$ (likewise dmin, m_j).
 /// - **Q6_K** (symmetric, 6 bits, super-block of 256 in 16 sub-blocks of 16):
 ///   \f$ \hat x_i = d\, s_j\, (q_i - 32) \f$ with int8 \f$ s_j \f$ and fp16 d. Each sub-block is fitted
 ///   \f$ x_i \approx a_j l_i \f$, \f$ l_i \in [-32, 31] \f$, by a search over 19 grids weighted by
@@ -75,6 +89,19 @@ void quantize_block_q4_k(const float* x, std::uint8_t* block);
 /// of byte j + 4 below the top 2 bits of bytes j - 4 and j.
 void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, int& sc, int& m);
 /// @ingroup ch08
+/// One super-block of 256 floats into block_bytes(Q5_K) = 176 bytes: fp16 d, fp16 dmin, the 12
+/// bytes of 6-bit scale and min codes, 32 bytes of fifth bits, 128 bytes of nibbles (ggml's
+/// quantize_row_q5_K_ref).
+void quantize_block_q5_k(const float* x, std::uint8_t* block);
+/// @ingroup ch08
+/// One super-block of 256 floats into block_bytes(Q3_K) = 110 bytes: 32 bytes of third bits, 64 of
+/// 2-bit pairs, 12 of 6-bit scale codes, fp16 d (ggml's quantize_row_q3_K_ref).
+void quantize_block_q3_k(const float* x, std::uint8_t* block);
+/// @ingroup ch08
+/// One super-block of 256 floats into block_bytes(Q2_K) = 84 bytes: 16 bytes of 4-bit scale and min
+/// codes, 64 of 2-bit pairs, fp16 d, fp16 dmin (ggml's quantize_row_q2_K_ref).
+void quantize_block_q2_k(const float* x, std::uint8_t* block);
+/// @ingroup ch08
 /// One super-block of 256 floats into block_bytes(Q6_K) = 210 bytes: 128 bytes of low 4 bits,
 /// 64 of high 2 bits, 16 int8 scale codes, fp16 d (ggml's quantize_row_q6_K_ref).
 void quantize_block_q6_k(const float* x, std::uint8_t* block);
@@ -92,7 +119,8 @@ int block_code(GgmlType type, const std::uint8_t* block, std::size_t j);
 /// @ingroup ch08
 /// The block_size(type) values a block of `type` stands for: \f$ \hat x_j = d\,q_j \f$ (Q8_0),
 /// \f$ d\,(q_j - 8) \f$ (Q4_0), \f$ d\,q_j + m \f$ (Q4_1), \f$ d\,(q_j - 16) \f$ (Q5_0), \f$ d\,q_j + m \f$
-/// (Q5_1), \f$ d\, s_j\, q_i - d_{min}\, m_j \f$ (Q4_K), \f$ d\, s_j\, (q_i - 32) \f$ (Q6_K).
+/// (Q5_1), \f$ d\, s_j\, q_i - d_{min}\, m_j \f$ (Q2_K, Q4_K, Q5_K), \f$ d\, (s_j - 32)\, (q_i - 4) \f$ (Q3_K),
+/// \f$ d\, s_j\, (q_i - 32) \f$ (Q6_K).
 void dequantize_block(GgmlType type, const std::uint8_t* block, float* y);
 
 /// @ingroup ch08

@@ -15,9 +15,9 @@
 namespace tvlab::cuda {
 
 /// @ingroup ch08
-/// `ref::dequantize` for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K: one thread per weight, which
-/// reads its block's scales (a K-quant's sub-block scale from the packed 6-bit codes) and its code.
-/// Other types are refused by name.
+/// `ref::dequantize` for every block format (the 32-weight ones and the K-quants Q2_K to Q6_K): one
+/// thread per weight, which reads its block's scales (a K-quant's sub-block scale and min from the
+/// packed codes) and its own code.
 Tensor2 dequantize(const QuantizedMatrix& q);
 
 /// @ingroup ch08

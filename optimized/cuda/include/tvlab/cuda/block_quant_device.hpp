@@ -7,8 +7,8 @@
 
 namespace tvlab::cuda::device {
 
-/// y `[rows, cols]` from the blocks of one of the 32-weight types, Q4_K or Q6_K (ggml's type number);
-/// all device memory.
+/// y `[rows, cols]` from the blocks of a 32-weight type or a K-quant (ggml's type number); all
+/// device memory.
 void dequantize_blocks(std::uint32_t type, const std::uint8_t* blocks, std::size_t rows, std::size_t cols, float* y);
 
 /// y `[rows]` = W x: W's blocks (Q8_0 = 8 or Q4_0 = 2) with x's Q8_0 blocks, or W's Q4_K = 12
