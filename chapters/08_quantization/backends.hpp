@@ -13,6 +13,7 @@
 #include "../common/backend.hpp"
 #include "tvlab/core/ggml_blocks.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/fp8.hpp"
 #include "tvlab/ref/pruning.hpp"
 
 namespace tvlab::quant {
@@ -26,6 +27,10 @@ using DequantizeFn = std::function<Tensor2(const QuantizedMatrix& q)>;
 using GemvFn = std::function<Tensor1(const QuantizedMatrix& w, const Tensor1& x)>;
 /// One block of 32 floats into its bytes. (`ref::quantize_block_q8_0`'s contract, and Q4_0's.)
 using BlockFn = std::function<void(const float* x, std::uint8_t* block)>;
+/// Every value of x as an FP8 code. (`ref::fp8_encode(x, format, overflow)`'s contract, on a tensor.)
+using Fp8EncodeFn = std::function<std::vector<std::uint8_t>(const Tensor1& x, ref::Fp8Format format, ref::Overflow overflow)>;
+/// Every FP8 code's value. (`ref::fp8_decode(codes, format)`'s contract, on a tensor.)
+using Fp8DecodeFn = std::function<Tensor1(const std::vector<std::uint8_t>& codes, ref::Fp8Format format)>;
 /// y = S x for a 2:4-sparse S, touching only the kept values. (`ref::sparse_2_4_gemv`'s contract.)
 using Sparse24GemvFn = std::function<Tensor1(const ref::Sparse24& s, const Tensor1& x)>;
 
@@ -41,6 +46,8 @@ struct Backend {
   /// A float's FP8 E4M3 code, saturating (`ref::fp8_encode(x, e4m3, saturate)`'s contract; exercise
   /// 08.3; empty: not provided).
   std::function<std::uint8_t(float)> fp8_encode_e4m3;
+  Fp8EncodeFn fp8_encode;          ///< FP8 codes of a tensor (empty: not provided)
+  Fp8DecodeFn fp8_decode;          ///< FP8 values of codes (empty: not provided)
   Sparse24GemvFn sparse_2_4_gemv;  ///< the 2:4-sparse product (empty: not provided)
 };
 

@@ -4,7 +4,8 @@
 // glibc would map fresh pages for it every time, and the first write to each page, not the
 // format, would set the time; 16 MiB stays below its mapping threshold and reuses the heap.) GB/s counts the bytes each pass must move:
 // the floats read and the blocks written (quantize), the blocks read and the floats written
-// (dequantize); stream_scale measures what this machine's memory moves in the same run.
+// (dequantize); stream_scale measures what this machine's memory moves in the same run. FP8 (E4M3)
+// conversion of the same weights as one tensor, both ways, is timed the same way.
 //
 // The quantized matrix-vector product, y = W x with W in Q8_0, Q4_0 or Q4_K, on a decode step's shapes
 // (4096 x 4096, an attention projection; 4096 x 14336, LLaMA-3-8B's FFN down projection),
@@ -95,6 +96,40 @@ void gemv(benchmark::State& state, const quant::Backend& backend) {
   state.SetLabel(type_name(type));
 }
 
+// The weights as one tensor, for FP8 (E4M3, saturating: the forward pass's choice) and the codes back.
+const Tensor1& flat_weights() {
+  static const Tensor1 x = [] {
+    Tensor1 flat = Tensor1::from_shape({kRows * kCols});
+    std::copy(weights().begin(), weights().end(), flat.begin());
+    return flat;
+  }();
+  return x;
+}
+
+const std::vector<std::uint8_t>& reference_fp8_codes() {
+  static const std::vector<std::uint8_t> codes =
+      reference_backend(quant::backends()).fp8_encode(flat_weights(), ref::Fp8Format::e4m3, ref::Overflow::saturate);
+  return codes;
+}
+
+// GB/s: the floats read and the codes written (encode), the codes read and the floats written (decode).
+void fp8_encode(benchmark::State& state, const quant::Backend& backend) {
+  if (backend.fp8_encode(flat_weights(), ref::Fp8Format::e4m3, ref::Overflow::saturate) != reference_fp8_codes()) {
+    state.SkipWithError("the codes differ from the reference's");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(backend.fp8_encode(flat_weights(), ref::Fp8Format::e4m3, ref::Overflow::saturate));
+  set_bytes(state, static_cast<double>(kRows * kCols) * (sizeof(float) + 1));
+}
+
+void fp8_decode(benchmark::State& state, const quant::Backend& backend) {
+  if (!validate(state, backend.fp8_decode(reference_fp8_codes(), ref::Fp8Format::e4m3),
+                reference_backend(quant::backends()).fp8_decode(reference_fp8_codes(), ref::Fp8Format::e4m3), {0.0, 0.0}))
+    return;
+  for (auto _ : state) benchmark::DoNotOptimize(backend.fp8_decode(reference_fp8_codes(), ref::Fp8Format::e4m3));
+  set_bytes(state, static_cast<double>(kRows * kCols) * (sizeof(float) + 1));
+}
+
 // A 2:4-pruned Gaussian weight of a GEMV shape (made once) and its product; GB/s counts the bytes
 // the kept values and their positions take (2.5 per dense weight), to compare with sgemv's 4.
 const ref::Sparse24& sparse_weights(std::size_t rows, std::size_t cols) {
@@ -150,6 +185,10 @@ void register_benchmarks() {
                  [type](benchmark::State& state, const quant::Backend& b) { dequantize(state, b, type); },
                  [](benchmark::internal::Benchmark*, const quant::Backend&) {});
   }
+  add_backends(quant::backends(), &quant::Backend::fp8_encode, "fp8_encode/E4M3", fp8_encode,
+               [](benchmark::internal::Benchmark*, const quant::Backend&) {});
+  add_backends(quant::backends(), &quant::Backend::fp8_decode, "fp8_decode/E4M3", fp8_decode,
+               [](benchmark::internal::Benchmark*, const quant::Backend&) {});
 }
 
 }  // namespace tvlab::bench

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "small_float.hpp"
+#include "tvlab/core/error.hpp"
 
 namespace tvlab::ref {
 namespace {
@@ -42,5 +43,19 @@ float fp8_decode(std::uint8_t code, Fp8Format format) {
 float fp8_max(Fp8Format format) { return static_cast<float>(detail::code_value(layout(format).max_code, layout(format))); }
 
 const char* fp8_name(Fp8Format format) { return format == Fp8Format::e4m3 ? "E4M3" : "E5M2"; }
+
+std::vector<std::uint8_t> fp8_encode(const Tensor1& x, Fp8Format format, Overflow overflow) {
+  require_nonempty("fp8_encode", "x", x);
+  std::vector<std::uint8_t> codes(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) codes[i] = fp8_encode(x(i), format, overflow);
+  return codes;
+}
+
+Tensor1 fp8_decode(const std::vector<std::uint8_t>& codes, Fp8Format format) {
+  require(!codes.empty(), "fp8_decode", "codes is empty");
+  Tensor1 y = Tensor1::from_shape({codes.size()});
+  for (std::size_t i = 0; i < codes.size(); ++i) y(i) = fp8_decode(codes[i], format);
+  return y;
+}
 
 }  // namespace tvlab::ref

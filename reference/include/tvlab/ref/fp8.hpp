@@ -35,6 +35,9 @@
 /// another way (rounding in double); the tests hold them to each other.
 
 #include <cstdint>
+#include <vector>
+
+#include "tvlab/core/tensor.hpp"
 
 namespace tvlab::ref {
 
@@ -66,5 +69,14 @@ float fp8_max(Fp8Format format);
 /// @ingroup ch08
 /// "E4M3" or "E5M2".
 const char* fp8_name(Fp8Format format);
+
+/// @ingroup ch08
+/// Every value of x `[n]` encoded: `codes[i] = fp8_encode(x[i], format, overflow)`, one by one.
+/// Errors: an empty x. (NaN and infinities are values to encode, not errors.)
+std::vector<std::uint8_t> fp8_encode(const Tensor1& x, Fp8Format format, Overflow overflow);
+
+/// @ingroup ch08
+/// Every code decoded: `y[i] = fp8_decode(codes[i], format)`. Errors: no codes.
+Tensor1 fp8_decode(const std::vector<std::uint8_t>& codes, Fp8Format format);
 
 }  // namespace tvlab::ref
