@@ -264,13 +264,14 @@ std::string incoherence_markdown() {
   Rng rng(871);
   DTensor2 w = DTensor2::from_shape({128, 256});
   for (auto& v : w) v = rng.normal() * (rng.uniform() < 0.005 ? 10.0 : 1.0);
+  DTensor2 x = DTensor2::from_shape({256, 64});  // the layer's inputs, for its output error
+  for (auto& v : x) v = rng.normal();
   std::vector<std::vector<std::string>> rows;
-  for (const auto& r : analysis::incoherence_table(w, {2, 3, 4, 8}, 7))
-    rows.push_back({std::to_string(r.bits), fixed(r.direct, 3), fixed(r.rotated, 3)});
+  for (const auto& r : analysis::incoherence_table(w, {2, 3, 4, 8}, 7, x))
+    rows.push_back({std::to_string(r.bits), fixed(r.direct, 3), fixed(r.rotated, 3), fixed(r.output_direct, 3),
+                    fixed(r.output_rotated, 3)});
   // 2 bits: the best uniform 4-level grid, the ball of E8 points (1.97 bits) and QuIP#'s E8P, direct
   // and rotated: the weights' relative error and the layer's on 64 random inputs
-  DTensor2 x = DTensor2::from_shape({256, 64});
-  for (auto& v : x) v = rng.normal();
   double mean_square = 0.0;
   for (double v : w) mean_square += v * v / static_cast<double>(w.size());
   std::vector<std::vector<std::string>> two_bits;
@@ -282,11 +283,13 @@ std::string incoherence_markdown() {
   md << "W [128, 256] ~ N(0, 1), 0.5% of it x 10: the largest entry is "
      << fixed(analysis::coherence(w), 1) << " times the root mean square, "
      << fixed(analysis::coherence(analysis::incoherent_rotation(w, 7, false)), 1)
-     << " after the rotation. Relative error of symmetric rounding with one scale per row:\n\n"
-     << markdown_table({"bits", "direct", "rotated (randomized Hadamard)"}, rows)
+     << " after the rotation. Relative error of symmetric rounding with one scale per row, of the weights and "
+        "of the layer's output W x on 64 random x:\n\n"
+     << markdown_table({"bits", "weights, direct", "weights, rotated (randomized Hadamard)", "output, direct", "output, rotated"},
+                       rows)
      << "\nAt 2 bits, the best uniform grid (scale per row of least error) against codebooks on the E8 "
         "lattice: the ball of points of norm^2 <= 10 (scale per row of least error) and QuIP#'s E8P (one scale, "
-        "rms(W) / 1.03). Relative error of the weights and of the layer's output W x on 64 random x:\n\n"
+        "rms(W) / 1.03), on the same weights and inputs:\n\n"
      << markdown_table({"2-bit code", "bits per weight", "weights, direct", "weights, rotated", "output, direct",
                         "output, rotated"},
                        two_bits);

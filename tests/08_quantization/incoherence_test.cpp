@@ -51,10 +51,38 @@ TEST(Ch08Incoherence, outliers_are_spread_and_rounding_improves) {
   const DTensor2 r = incoherent_rotation(w, 7, false);
   EXPECT_GT(coherence(w), 20.0);
   EXPECT_LT(coherence(r), 6.0) << "an entry of the rotated matrix mixes a whole row and column";
-  for (const IncoherenceRow& row : incoherence_table(w, {3, 4, 8}, 7))
+  Rng rng(874);
+  DTensor2 x = DTensor2::from_shape({256, 32});
+  for (auto& v : x) v = rng.normal();
+  for (const IncoherenceRow& row : incoherence_table(w, {3, 4, 8}, 7, x)) {
     EXPECT_LT(row.rotated, 0.6 * row.direct) << row.bits << " bits: direct " << row.direct << ", rotated " << row.rotated;
-  const IncoherenceRow two = incoherence_table(w, {2}, 7)[0];
+    EXPECT_LT(row.output_rotated, 0.6 * row.output_direct)
+        << row.bits << " bits, the layer's output: direct " << row.output_direct << ", rotated " << row.output_rotated;
+  }
+  const IncoherenceRow two = incoherence_table(w, {2}, 7, x)[0];
   EXPECT_GT(two.rotated, 0.9 * two.direct) << "2 bits: scalar rounding gains nothing from the rotation";
+  EXPECT_GT(two.output_rotated, 0.9 * two.output_direct);
+}
+
+// The output error is its definition: computed here from an explicit product, and 0 for W itself.
+TEST(Ch08Incoherence, the_output_error_is_the_relative_error_of_w_x) {
+  const DTensor2 w = with_outliers(875, 4, 8), w_hat = round_rows(w, 3);
+  Rng rng(876);
+  DTensor2 x = DTensor2::from_shape({8, 3});
+  for (auto& v : x) v = rng.normal();
+  double err = 0.0, ref = 0.0;
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::size_t c = 0; c < 3; ++c) {
+      double y = 0.0, y_hat = 0.0;
+      for (std::size_t j = 0; j < 8; ++j) y += w(r, j) * x(j, c), y_hat += w_hat(r, j) * x(j, c);
+      err += (y - y_hat) * (y - y_hat), ref += y * y;
+    }
+  EXPECT_NEAR(weight_output_error(w, w_hat, x), std::sqrt(err / ref), 1e-12);
+  EXPECT_EQ(weight_output_error(w, w, x), 0.0);
+  EXPECT_TRUE(throws_error_naming([&] { weight_output_error(w, w_hat, DTensor2::from_shape({4, 3})); },
+                                  {"weight_output_error", "x has 4 rows", "(8)"}));
+  EXPECT_TRUE(throws_error_naming([&] { weight_output_error(w, w_hat, DTensor2(xt::zeros<double>({8, 3}))); },
+                                  {"weight_output_error", "all zero"}));
 }
 
 TEST(Ch08Incoherence, bad_input_is_named) {

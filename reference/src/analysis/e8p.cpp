@@ -63,20 +63,6 @@ double mean_sq(const DTensor2& a, const DTensor2& b) {
   return s / static_cast<double>(a.size());
 }
 
-// ||(W - W_hat) X||_F / ||W X||_F
-double output_error(const DTensor2& w, const DTensor2& w_hat, const DTensor2& x) {
-  double err = 0.0, ref = 0.0;
-  for (std::size_t r = 0; r < w.shape()[0]; ++r)
-    for (std::size_t c = 0; c < x.shape()[1]; ++c) {
-      double y = 0.0, dy = 0.0;
-      for (std::size_t j = 0; j < w.shape()[1]; ++j) {
-        y += w(r, j) * x(j, c);
-        dy += (w(r, j) - w_hat(r, j)) * x(j, c);
-      }
-      err += dy * dy, ref += y * y;
-    }
-  return std::sqrt(err / ref);
-}
 
 }  // namespace
 
@@ -211,8 +197,8 @@ std::vector<TwoBitRow> two_bit_comparison(const DTensor2& w, const DTensor2& x, 
   const DTensor2 rotated = incoherent_rotation(w, seed, false);
   auto back = [&](const DTensor2& q) { return incoherent_rotation(q, seed, true); };
   auto row = [&](std::string code, double bits, const DTensor2& direct, const DTensor2& via_rotation) {
-    return TwoBitRow{std::move(code), bits, mean_sq(w, direct), mean_sq(w, via_rotation), output_error(w, direct, x),
-                     output_error(w, via_rotation, x)};
+    return TwoBitRow{std::move(code), bits, mean_sq(w, direct), mean_sq(w, via_rotation), weight_output_error(w, direct, x),
+                     weight_output_error(w, via_rotation, x)};
   };
   return {
       row("uniform, 4 levels per weight", 2.0, uniform_2bit_rows(w), back(uniform_2bit_rows(rotated))),

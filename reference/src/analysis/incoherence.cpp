@@ -80,7 +80,28 @@ DTensor2 round_rows(const DTensor2& w, int bits) {
   return out;
 }
 
-std::vector<IncoherenceRow> incoherence_table(const DTensor2& w, const std::vector<int>& bits, std::uint64_t seed) {
+double weight_output_error(const DTensor2& w, const DTensor2& w_hat, const DTensor2& x) {
+  const char* fn = "weight_output_error";
+  require(w_hat.shape() == w.shape(), fn, "w_hat is ", w_hat.shape()[0], " x ", w_hat.shape()[1], ", w ", w.shape()[0], " x ",
+          w.shape()[1]);
+  require(x.shape()[0] == w.shape()[1], fn, "x has ", x.shape()[0], " rows, expected w's row length (", w.shape()[1], ")");
+  // ||(W - W_hat) X||_F / ||W X||_F, column by column of X
+  double err = 0.0, ref = 0.0;
+  for (std::size_t r = 0; r < w.shape()[0]; ++r)
+    for (std::size_t c = 0; c < x.shape()[1]; ++c) {
+      double y = 0.0, dy = 0.0;
+      for (std::size_t j = 0; j < w.shape()[1]; ++j) {
+        y += w(r, j) * x(j, c);
+        dy += (w(r, j) - w_hat(r, j)) * x(j, c);
+      }
+      err += dy * dy, ref += y * y;
+    }
+  require(ref > 0.0, fn, "W X is all zero: no relative error");
+  return std::sqrt(err / ref);
+}
+
+std::vector<IncoherenceRow> incoherence_table(const DTensor2& w, const std::vector<int>& bits, std::uint64_t seed,
+                                              const DTensor2& x) {
   const DTensor2 rotated = incoherent_rotation(w, seed, false);
   double norm_sq = 0.0;
   for (double v : w) norm_sq += v * v;
@@ -90,8 +111,11 @@ std::vector<IncoherenceRow> incoherence_table(const DTensor2& w, const std::vect
     return std::sqrt(err / norm_sq);
   };
   std::vector<IncoherenceRow> rows;
-  for (int b : bits)
-    rows.push_back({b, relative(round_rows(w, b)), relative(incoherent_rotation(round_rows(rotated, b), seed, true))});
+  for (int b : bits) {
+    const DTensor2 direct = round_rows(w, b), via_rotation = incoherent_rotation(round_rows(rotated, b), seed, true);
+    rows.push_back({b, relative(direct), relative(via_rotation), weight_output_error(w, direct, x),
+                    weight_output_error(w, via_rotation, x)});
+  }
   return rows;
 }
 

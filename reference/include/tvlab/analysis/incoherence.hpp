@@ -35,14 +35,24 @@ double coherence(const DTensor2& w);
 DTensor2 round_rows(const DTensor2& w, int bits);
 
 /// @ingroup ch08
-/// The relative Frobenius error of `round_rows` at b bits, directly and through the rotation.
+/// A layer's relative output error when its weights w `[m, n]` are replaced by w_hat, on the inputs
+/// x `[n, k]` (one per column): \f$ \lVert (W - \hat W) X \rVert_F / \lVert W X \rVert_F \f$, in double. Errors:
+/// shapes that do not fit, an all-zero W X.
+double weight_output_error(const DTensor2& w, const DTensor2& w_hat, const DTensor2& x);
+
+/// @ingroup ch08
+/// `round_rows` at b bits, directly and through the rotation: the weights' relative Frobenius error,
+/// and the layer's output error on the inputs (`weight_output_error`).
 struct IncoherenceRow {
   int bits = 0;
-  double direct = 0.0, rotated = 0.0;
+  double direct = 0.0, rotated = 0.0;                ///< \f$ \lVert W - \hat W \rVert_F / \lVert W \rVert_F \f$
+  double output_direct = 0.0, output_rotated = 0.0;  ///< \f$ \lVert (W - \hat W) X \rVert_F / \lVert W X \rVert_F \f$
 };
 
 /// @ingroup ch08
-/// The comparison for each number of bits.
-std::vector<IncoherenceRow> incoherence_table(const DTensor2& w, const std::vector<int>& bits, std::uint64_t seed);
+/// The comparison for each number of bits, outputs on the columns of x `[n, k]`. Errors: those of
+/// `incoherent_rotation`, `round_rows` and `weight_output_error`.
+std::vector<IncoherenceRow> incoherence_table(const DTensor2& w, const std::vector<int>& bits, std::uint64_t seed,
+                                              const DTensor2& x);
 
 }  // namespace tvlab::analysis
