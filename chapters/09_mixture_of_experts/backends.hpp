@@ -1,0 +1,38 @@
+#pragma once
+/// @file
+/// Chapter 09's backend registry (see `chapters/common/backend.hpp`): every implementation of the
+/// chapter's functions, the token-choice router and the experts' part of the MoE layer, with what
+/// it needs.
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "../common/backend.hpp"
+#include "tvlab/core/moe_types.hpp"
+#include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/moe_router.hpp"
+
+namespace tvlab::moe {
+
+/// Logits `[tokens, E]` into k assignments per token. (`ref::route_top_k`'s contract.)
+using RouteFn = std::function<Routing(const Tensor2& logits, const ref::RouterConfig& cfg, const std::vector<float>& bias)>;
+/// The experts' weighted sum for a routing. (`ref::moe_experts`'s contract.)
+using ExpertsFn = std::function<Tensor2(const Tensor2& x, const MoeWeights& w, const Routing& r)>;
+
+struct Backend {
+  std::string name;
+  BackendKind kind = BackendKind::reference;
+  Capabilities caps;
+  RouteFn route_top_k;      ///< the token-choice router (exercise 09.1; empty: not provided)
+  ExpertsFn moe_experts;    ///< the experts' part of the layer (empty: not provided)
+};
+
+/// ref, opt, student.
+const std::vector<Backend>& backends();
+
+/// gtest prints a parameter through PrintTo: the backend's name, not its contents.
+inline void PrintTo(const Backend& b, std::ostream* out) { *out << b.name; }
+
+}  // namespace tvlab::moe
