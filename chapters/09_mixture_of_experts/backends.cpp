@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/opt/moe.hpp"
 #include "tvlab/ref/moe.hpp"
 #include "tvlab/ref/moe_router.hpp"
 #include "tvlab/student/moe.hpp"
@@ -10,7 +11,12 @@ namespace tvlab::moe {
 // version, the student's.
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
-      {.name = "ref", .kind = BackendKind::reference, .route_top_k = ref::route_top_k, .moe_experts = ref::moe_experts},
+      {.name = "ref",
+       .kind = BackendKind::reference,
+       .route_top_k = ref::route_top_k,
+       .moe_experts = ref::moe_experts,
+       .moe_layer = ref::moe_layer},
+      {.name = "opt", .kind = BackendKind::optimized, .moe_experts = opt::moe_experts, .moe_layer = opt::moe_layer},
       {.name = "student", .kind = BackendKind::student, .route_top_k = student::route_top_k},
   };
   return all;

@@ -20,6 +20,9 @@ namespace tvlab::moe {
 using RouteFn = std::function<Routing(const Tensor2& logits, const ref::RouterConfig& cfg, const std::vector<float>& bias)>;
 /// The experts' weighted sum for a routing. (`ref::moe_experts`'s contract.)
 using ExpertsFn = std::function<Tensor2(const Tensor2& x, const MoeWeights& w, const Routing& r)>;
+/// The whole layer: router, routing, experts. (`ref::moe_layer`'s contract.)
+using LayerFn =
+    std::function<Tensor2(const Tensor2& x, const MoeWeights& w, const ref::RouterConfig& cfg, const std::vector<float>& bias)>;
 
 struct Backend {
   std::string name;
@@ -27,6 +30,7 @@ struct Backend {
   Capabilities caps;
   RouteFn route_top_k;      ///< the token-choice router (exercise 09.1; empty: not provided)
   ExpertsFn moe_experts;    ///< the experts' part of the layer (empty: not provided)
+  LayerFn moe_layer;        ///< the whole layer (empty: not provided)
 };
 
 /// ref, opt, student.

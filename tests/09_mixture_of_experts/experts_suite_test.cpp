@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -132,9 +133,12 @@ TEST_P(Experts, bad_input_is_named) {
   MoeWeights other_width = w;
   other_width.experts[1] = {rng.normal_matrix(8, 10), rng.normal_matrix(8, 10), rng.normal_matrix(10, 8)};
   EXPECT_TRUE(throws_error_naming([&] { backend.moe_experts(x, other_width, r); }, {"moe_experts", "experts[1] has d_ff 10"}));
+  // a NaN in an expert the routing uses (the optimized layer reads only those)
   MoeWeights nan_weight = w;
-  nan_weight.experts[0].w2(3, 4) = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_TRUE(throws_error_naming([&] { backend.moe_experts(x, nan_weight, r); }, {"moe_experts", "experts[0].w2", "non-finite"}));
+  const std::size_t used = r.expert[0];
+  nan_weight.experts[used].w2(3, 4) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { backend.moe_experts(x, nan_weight, r); },
+                                  {"moe_experts", "experts[" + std::to_string(used) + "].w2", "non-finite"}));
   Routing out_of_range = r;
   out_of_range.expert[2] = 3;
   EXPECT_TRUE(throws_error_naming([&] { backend.moe_experts(x, w, out_of_range); }, {"moe_experts", "routing.expert[2] = 3"}));
@@ -148,6 +152,55 @@ TEST_P(Experts, bad_input_is_named) {
 INSTANTIATE_TEST_SUITE_P(Ch09, Experts, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::moe_experts)),
                          tvlab::testing::ImplName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Experts);
+
+}  // namespace
+}  // namespace tvlab::moe
+
+namespace tvlab::moe {
+namespace {
+
+class Layer : public ::testing::TestWithParam<Backend> {};
+
+// The whole layer against the definition: logits x W_g and the router in double, then the experts'
+// sum. The case is chosen so that no token's k-th and (k+1)-th logits are within 1e-3 of each other,
+// so that float logits (an SGEMM) choose the same experts as double ones.
+TEST_P(Layer, the_layer_is_the_router_then_the_experts) {
+  const Backend& backend = GetParam();
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
+  Rng rng(914);
+  const MoeWeights w = layer(rng, 20, 28, 6, 1, 20);
+  const Tensor2 x = rng.normal_matrix(29, 20);
+  ref::RouterConfig cfg;
+  cfg.num_experts = 6, cfg.top_k = 2;
+  const Tensor2 logits = ref::router_logits(x, w);
+  for (std::size_t t = 0; t < 29; ++t) {
+    std::vector<float> z(logits.begin() + 6 * t, logits.begin() + 6 * t + 6);
+    std::sort(z.rbegin(), z.rend());
+    ASSERT_GT(z[1] - z[2], 1e-3) << "token " << t << ": pick another seed, the 2nd and 3rd logits nearly tie";
+  }
+  expect_matches_formula(backend, x, w, ref::route_top_k(logits, cfg), "the layer's own routing");
+  const Tensor2 y = backend.moe_layer(x, w, cfg, {});
+  const Tensor2 expected = ref::moe_experts(x, w, ref::route_top_k(logits, cfg));
+  EXPECT_TRUE(tvlab::testing::matches(y, DTensor2(xt::cast<double>(expected)), {1e-5, 1e-5},
+                                      {"moe_layer, 29 tokens, E = 6, k = 2", {"token", "column"}, 914, "", ""}));
+}
+
+TEST_P(Layer, bad_input_is_named) {
+  const Backend& backend = GetParam();
+  Rng rng(915);
+  MoeWeights w = layer(rng, 8, 12, 3, 0, 0);
+  const Tensor2 x = rng.normal_matrix(4, 8);
+  ref::RouterConfig cfg;
+  cfg.num_experts = 4, cfg.top_k = 1;
+  EXPECT_TRUE(throws_error_naming([&] { backend.moe_layer(x, w, cfg, {}); }, {"moe_layer", "cfg.num_experts (4)", "(3)"}));
+  cfg.num_experts = 3;
+  w.router(2, 1) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(throws_error_naming([&] { backend.moe_layer(x, w, cfg, {}); }, {"moe_layer", "w.router", "non-finite"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ch09, Layer, ::testing::ValuesIn(tvlab::testing::under_test(backends(), &Backend::moe_layer)),
+                         tvlab::testing::ImplName());
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Layer);
 
 }  // namespace
 }  // namespace tvlab::moe
