@@ -1,7 +1,9 @@
 #include "backends.hpp"
 
 #include "tvlab/opt/moe.hpp"
+#include "tvlab/opt/moe_backward.hpp"
 #include "tvlab/ref/moe.hpp"
+#include "tvlab/ref/moe_backward.hpp"
 #include "tvlab/ref/moe_router.hpp"
 #include "tvlab/student/moe.hpp"
 
@@ -15,8 +17,13 @@ const std::vector<Backend>& backends() {
        .kind = BackendKind::reference,
        .route_top_k = ref::route_top_k,
        .moe_experts = ref::moe_experts,
-       .moe_layer = ref::moe_layer},
-      {.name = "opt", .kind = BackendKind::optimized, .moe_experts = opt::moe_experts, .moe_layer = opt::moe_layer},
+       .moe_layer = ref::moe_layer,
+       .moe_layer_backward = ref::moe_layer_backward},
+      {.name = "opt",
+       .kind = BackendKind::optimized,
+       .moe_experts = opt::moe_experts,
+       .moe_layer = opt::moe_layer,
+       .moe_layer_backward = opt::moe_layer_backward},
       {.name = "student", .kind = BackendKind::student, .route_top_k = student::route_top_k},
   };
   return all;

@@ -12,6 +12,7 @@
 #include "../common/backend.hpp"
 #include "tvlab/core/moe_types.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/moe_backward.hpp"
 #include "tvlab/ref/moe_router.hpp"
 
 namespace tvlab::moe {
@@ -20,6 +21,9 @@ namespace tvlab::moe {
 using RouteFn = std::function<Routing(const Tensor2& logits, const ref::RouterConfig& cfg, const std::vector<float>& bias)>;
 /// The experts' weighted sum for a routing. (`ref::moe_experts`'s contract.)
 using ExpertsFn = std::function<Tensor2(const Tensor2& x, const MoeWeights& w, const Routing& r)>;
+/// The layer's gradients. (`ref::moe_layer_backward`'s contract.)
+using BackwardFn = std::function<ref::MoeGrads(const Tensor2& x, const MoeWeights& w, const ref::RouterConfig& cfg,
+                                               const std::vector<float>& bias, const Tensor2& dy)>;
 /// The whole layer: router, routing, experts. (`ref::moe_layer`'s contract.)
 using LayerFn =
     std::function<Tensor2(const Tensor2& x, const MoeWeights& w, const ref::RouterConfig& cfg, const std::vector<float>& bias)>;
@@ -31,6 +35,7 @@ struct Backend {
   RouteFn route_top_k;      ///< the token-choice router (exercise 09.1; empty: not provided)
   ExpertsFn moe_experts;    ///< the experts' part of the layer (empty: not provided)
   LayerFn moe_layer;        ///< the whole layer (empty: not provided)
+  BackwardFn moe_layer_backward;  ///< the layer's gradients (empty: not provided)
 };
 
 /// ref, opt, student.
