@@ -1,5 +1,6 @@
 #include "backends.hpp"
 
+#include "tvlab/cuda/moe.hpp"
 #include "tvlab/opt/moe.hpp"
 #include "tvlab/opt/moe_backward.hpp"
 #include "tvlab/ref/moe.hpp"
@@ -24,6 +25,11 @@ const std::vector<Backend>& backends() {
        .moe_experts = opt::moe_experts,
        .moe_layer = opt::moe_layer,
        .moe_layer_backward = opt::moe_layer_backward},
+      {.name = "cuda",
+       .kind = BackendKind::cuda,
+       .caps = {.needs_device = true},
+       .route_top_k = cuda::route_top_k,
+       .moe_experts = cuda::moe_experts},
       {.name = "student", .kind = BackendKind::student, .route_top_k = student::route_top_k},
   };
   return all;

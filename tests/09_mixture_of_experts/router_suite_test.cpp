@@ -44,6 +44,7 @@ std::vector<std::size_t> top_indices(const std::vector<double>& v, std::size_t k
 TEST_P(Router, mixtral_gates_are_the_softmax_of_the_chosen_logits) {
   const Backend& backend = GetParam();
   TVLAB_EXERCISE(backend, "09.1");
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   Rng rng(901);
   const Tensor2 logits = rng.normal_matrix(23, 8, 0.0, 2.0);
   const Routing r = backend.route_top_k(logits, config(8, 2), {});
@@ -67,6 +68,7 @@ TEST_P(Router, mixtral_gates_are_the_softmax_of_the_chosen_logits) {
 TEST_P(Router, switch_keeps_the_probability_as_the_gate) {
   const Backend& backend = GetParam();
   TVLAB_EXERCISE(backend, "09.1");
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   Rng rng(902);
   const Tensor2 logits = rng.normal_matrix(9, 4);
   ref::RouterConfig cfg = config(4, 1);
@@ -89,6 +91,7 @@ TEST_P(Router, switch_keeps_the_probability_as_the_gate) {
 TEST_P(Router, the_bias_chooses_but_never_weighs) {
   const Backend& backend = GetParam();
   TVLAB_EXERCISE(backend, "09.1");
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   Rng rng(903);
   const Tensor2 logits = rng.normal_matrix(11, 8);
   ref::RouterConfig cfg = config(8, 2);
@@ -119,6 +122,7 @@ TEST_P(Router, the_bias_chooses_but_never_weighs) {
 TEST_P(Router, group_limited_routing_stays_in_the_best_groups) {
   const Backend& backend = GetParam();
   TVLAB_EXERCISE(backend, "09.1");
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   Rng rng(904);
   const Tensor2 logits = rng.normal_matrix(17, 16, 0.0, 2.0);
   ref::RouterConfig cfg = config(16, 4);
@@ -147,6 +151,7 @@ TEST_P(Router, group_limited_routing_stays_in_the_best_groups) {
 TEST_P(Router, temperature_and_clipping_act_on_the_logits) {
   const Backend& backend = GetParam();
   TVLAB_EXERCISE(backend, "09.1");
+  TVLAB_SKIP_WITHOUT_DEVICE(backend);
   Rng rng(905);
   const Tensor2 logits = rng.normal_matrix(7, 6, 0.0, 8.0);
   ref::RouterConfig cfg = config(6, 3);
