@@ -1,6 +1,8 @@
 #include "backends.hpp"
 
 #include "tvlab/ref/moe.hpp"
+#include "tvlab/ref/moe_balance.hpp"
+#include "tvlab/ref/moe_capacity.hpp"
 #include "tvlab/ref/moe_router.hpp"
 #include "tvlab/student/moe.hpp"
 
@@ -10,8 +12,10 @@ namespace tvlab::moe {
 // version, the student's.
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> all = {
-      {.name = "ref", .kind = BackendKind::reference, .route_top_k = ref::route_top_k, .moe_experts = ref::moe_experts},
-      {.name = "student", .kind = BackendKind::student, .route_top_k = student::route_top_k},
+      {.name = "ref", .kind = BackendKind::reference, .route_top_k = ref::route_top_k, .moe_experts = ref::moe_experts,
+       .apply_capacity = ref::apply_capacity, .update_bias = ref::update_bias},
+      {.name = "student", .kind = BackendKind::student, .route_top_k = student::route_top_k,
+       .apply_capacity = student::apply_capacity, .update_bias = student::update_bias},
   };
   return all;
 }

@@ -12,6 +12,7 @@
 #include "../common/backend.hpp"
 #include "tvlab/core/moe_types.hpp"
 #include "tvlab/core/tensor.hpp"
+#include "tvlab/ref/moe_capacity.hpp"
 #include "tvlab/ref/moe_router.hpp"
 
 namespace tvlab::moe {
@@ -20,6 +21,10 @@ namespace tvlab::moe {
 using RouteFn = std::function<Routing(const Tensor2& logits, const ref::RouterConfig& cfg, const std::vector<float>& bias)>;
 /// The experts' weighted sum for a routing. (`ref::moe_experts`'s contract.)
 using ExpertsFn = std::function<Tensor2(const Tensor2& x, const MoeWeights& w, const Routing& r)>;
+/// At most C assignments per expert, the rest dropped. (`ref::apply_capacity`'s contract.)
+using CapacityFn = std::function<Routing(const Routing& r, std::size_t capacity, ref::CapacityPriority priority)>;
+/// One step of the auxiliary-loss-free bias update. (`ref::update_bias`'s contract.)
+using BiasUpdateFn = std::function<std::vector<float>(const std::vector<float>& bias, const std::vector<std::size_t>& load, float gamma)>;
 
 struct Backend {
   std::string name;
@@ -27,6 +32,8 @@ struct Backend {
   Capabilities caps;
   RouteFn route_top_k;      ///< the token-choice router (exercise 09.1; empty: not provided)
   ExpertsFn moe_experts;    ///< the experts' part of the layer (empty: not provided)
+  CapacityFn apply_capacity;  ///< token dropping at a capacity (exercise 09.2; empty: not provided)
+  BiasUpdateFn update_bias;   ///< DeepSeek-V3's bias step (exercise 09.3; empty: not provided)
 };
 
 /// ref, opt, student.
