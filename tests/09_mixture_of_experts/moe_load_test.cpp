@@ -1,0 +1,78 @@
+// Chapter 09, the load tables of analysis/moe_load.hpp: the drop rate falls as the capacity factor
+// grows and is zero once C covers the busiest expert; the skewed router drops more; the
+// aux-loss-free bias brings the max/mean load toward 1 while the plain router stays skewed; zero
+// logits give P = 1/E, L_aux = 1 and (ln E)^2.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "../common/testing.hpp"
+#include "tvlab/analysis/moe_load.hpp"
+
+namespace tvlab {
+namespace {
+
+using tvlab::testing::throws_error_naming;
+
+TEST(MoeLoad, drop_rate_falls_with_the_capacity_factor) {
+  const std::vector<analysis::DropRateRow> rows = analysis::drop_rate_table(4096, {8, 64}, {1, 2}, {0.5, 1.0, 1.25, 1.5, 2.0}, 1.0, 9);
+  ASSERT_EQ(rows.size(), 2u * 2 * 2 * 5);
+  for (const auto& row : rows) {
+    // cf 0.5: at least half the assignments cannot fit (C E = k N / 2)
+    if (row.capacity_factor == 0.5) EXPECT_GE(row.dropped, 0.5 - 1e-12);
+    // no drop once the capacity covers the busiest expert: C >= max/mean * kN/E
+    if (double(row.capacity) >= row.max_over_mean * double(row.top_k * 4096) / double(row.num_experts))
+      EXPECT_EQ(row.dropped, 0.0);
+    else
+      EXPECT_GT(row.dropped, 0.0);
+    EXPECT_LE(row.unrouted, row.dropped * double(row.top_k) + 1e-12);
+  }
+  // monotone in cf within each (data, E, k); skewed >= balanced at every cf
+  for (std::size_t i = 0; i + 1 < rows.size(); ++i)
+    if (rows[i].data == rows[i + 1].data && rows[i].num_experts == rows[i + 1].num_experts && rows[i].top_k == rows[i + 1].top_k)
+      EXPECT_GE(rows[i].dropped, rows[i + 1].dropped);
+  for (std::size_t i = 0; i < rows.size() / 2; ++i) EXPECT_GE(rows[i + rows.size() / 2].dropped, rows[i].dropped);
+}
+
+TEST(MoeLoad, the_bias_update_evens_a_skewed_stream) {
+  const analysis::BiasBalanceTable table =
+      analysis::bias_balance_table(200, 512, 16, 2, {0.001, 0.01}, {0, 1, 5, 10, 25, 50, 100, 150, 199}, 1.0, 9);
+  ASSERT_EQ(table.rows.size(), 9u);
+  const auto& first = table.rows.front();
+  const auto& last = table.rows.back();
+  EXPECT_EQ(first.biased[0], first.plain) << "step 0: the bias is still 0";
+  EXPECT_GT(last.plain, 1.5) << "the plain router stays skewed";
+  EXPECT_LT(last.biased[1], last.plain);
+  // the floor is the batch's own noise: 1024 choices, 64 per expert on average (sd about 8), the
+  // busiest of 16 about 2 sd above: max/mean near 1.25
+  EXPECT_LT(last.biased[1], 1.45) << "gamma 0.01: near balance after 200 steps";
+  EXPECT_LT(last.biased[0], last.plain) << "gamma 0.001: on its way";
+  EXPECT_GT(last.biased[0], last.biased[1]) << "gamma 0.001 moves each bias by 0.2 at most in 200 steps";
+}
+
+TEST(MoeLoad, zero_logits_are_the_balanced_minimum) {
+  const analysis::UniformBalance u = analysis::uniform_logits_balance(4096, 8, 2, 1.0, 9);
+  for (double p : u.mean_prob) EXPECT_NEAR(p, 1.0 / 8.0, 1e-15);
+  EXPECT_NEAR(u.aux_k_normalised, 1.0, 1e-15);
+  EXPECT_NEAR(u.aux_mixtral, 2.0, 1e-15);
+  // 4096 equal terms summed in double: about N u |L| = 4096 x 1.1e-16 x 4.3 = 2e-12 of round-off
+  EXPECT_NEAR(u.z_loss, std::log(8.0) * std::log(8.0), 1e-11);
+  EXPECT_GT(u.aux_balanced_router, 1.0);
+  EXPECT_GT(u.aux_skewed_router, u.aux_balanced_router);
+}
+
+TEST(MoeLoad, bad_input_is_named) {
+  EXPECT_TRUE(throws_error_naming([] { analysis::drop_rate_table(0, {8}, {1}, {1.0}, 1.0, 1); }, {"drop_rate_table", "tokens"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::drop_rate_table(64, {8}, {8}, {1.0}, 1.0, 1); }, {"drop_rate_table", "top_k (8)"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::drop_rate_table(64, {8}, {1}, {0.0}, 1.0, 1); }, {"drop_rate_table", "capacity_factor (0)"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::drop_rate_table(64, {}, {1}, {1.0}, 1.0, 1); }, {"drop_rate_table", "num_experts"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::drop_rate_table(64, {8}, {1}, {1.0}, -1.0, 1); }, {"drop_rate_table", "zipf_exponent (-1)"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::bias_balance_table(10, 64, 8, 2, {0.0}, {0}, 1.0, 1); }, {"bias_balance_table", "gamma (0)"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::bias_balance_table(0, 64, 8, 2, {0.1}, {0}, 1.0, 1); }, {"bias_balance_table", "batches"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::uniform_logits_balance(64, 1, 1, 1.0, 1); }, {"uniform_logits_balance", "num_experts (1)"}));
+}
+
+}  // namespace
+}  // namespace tvlab
