@@ -119,8 +119,8 @@ TEST(AuxLoss, gradient_matches_finite_differences_with_f_frozen) {
   }
 }
 
-// z-loss: (ln E)^2 at zero logits, exactly the definition elsewhere, unchanged... no: shifted
-// logits change it (unlike softmax), and its gradient matches central differences (as above).
+// z-loss: (ln E)^2 at zero logits, the definition elsewhere; shifting the logits changes it (unlike
+// the softmax), and its gradient matches central differences (as above).
 TEST(ZLoss, zeros_give_log_e_squared_and_the_gradient_matches_finite_differences) {
   for (const std::size_t experts : {2u, 8u, 256u}) {
     Tensor2 z = Tensor2::from_shape({7, experts});

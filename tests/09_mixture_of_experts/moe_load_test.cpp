@@ -20,6 +20,10 @@ TEST(MoeLoad, drop_rate_falls_with_the_capacity_factor) {
   const std::vector<analysis::DropRateRow> rows = analysis::drop_rate_table(4096, {8, 64}, {1, 2}, {0.5, 1.0, 1.25, 1.5, 2.0}, 1.0, 9);
   ASSERT_EQ(rows.size(), 2u * 2 * 2 * 5);
   for (const auto& row : rows) {
+    // C = ceil(k N / E * cf), cf a multiple of 1/4 here: ceil(4 k N cf / (4 E)) in integers
+    const std::size_t cf4 = std::size_t(std::lround(4.0 * row.capacity_factor));
+    EXPECT_EQ(row.capacity, (row.top_k * 4096 * cf4 + 4 * row.num_experts - 1) / (4 * row.num_experts))
+        << "the buffer holds the k N assignments";
     // cf 0.5: at least half the assignments cannot fit (C E = k N / 2)
     if (row.capacity_factor == 0.5) EXPECT_GE(row.dropped, 0.5 - 1e-12);
     // no drop once the capacity covers the busiest expert: C >= max/mean * kN/E

@@ -38,8 +38,8 @@ enum class CapacityPriority {
 
 /// @ingroup ch09
 /// \f$ C = \lceil \text{tokens} / E \cdot \text{capacity\_factor} \rceil \f$. The product is formed in double; a
-/// result within rounding of an integer is that integer (so 10 tokens, 1 expert and a factor of 1.1,
-/// whose double is slightly above 1.1, give 11, not 12). Errors: tokens or num_experts zero,
+/// result within rounding of an integer is that integer (so 100 tokens, 1 expert and a factor of 1.1,
+/// whose double is slightly above 1.1, give 110, not 111). Errors: tokens or num_experts zero,
 /// capacity_factor not positive and finite.
 std::size_t expert_capacity(std::size_t tokens, std::size_t num_experts, double capacity_factor);
 
