@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "../common/testing.hpp"
@@ -56,6 +57,34 @@ TEST(MoeLoad, the_bias_update_evens_a_skewed_stream) {
   EXPECT_GT(last.biased[0], last.biased[1]) << "gamma 0.001 moves each bias by 0.2 at most in 200 steps";
 }
 
+// Expert choice is balanced exactly; Sinkhorn's top-1 and quantile thresholds from an earlier batch
+// undo the skew (within the sampling noise of a balanced router); plain top-1 keeps it.
+TEST(MoeLoad, balanced_routers_undo_the_skew) {
+  const std::vector<analysis::RouterBalanceRow> rows = analysis::router_balance_table(4096, {8, 64}, 1.0, 9);
+  ASSERT_EQ(rows.size(), 2u * 2 * 4);
+  for (std::size_t i = 0; i < rows.size(); i += 4) {
+    const auto &top1 = rows[i], &sinkhorn = rows[i + 1], &choice = rows[i + 2], &quantile = rows[i + 3];
+    const std::string label = top1.data + ", E " + std::to_string(top1.num_experts);
+    EXPECT_EQ(top1.router, "top-1");
+    EXPECT_EQ(top1.unrouted, 0.0) << label;
+    EXPECT_EQ(choice.max_over_mean, 1.0) << label << ": expert choice is perfectly balanced";
+    EXPECT_GT(choice.unrouted, 0.0) << label << ": at c = 1 some tokens are chosen by no expert";
+    EXPECT_GT(sinkhorn.iterations, 0u);
+    EXPECT_LE(sinkhorn.max_over_mean, top1.max_over_mean + 1e-12) << label;
+    // a fresh batch: the busiest expert's share has binomial noise, sd about sqrt(N / E) = 8 tokens
+    // at E = 64 (12%), and the busiest of 64 sits 2-3 sd above the mean
+    EXPECT_LT(quantile.max_over_mean, 1.6) << label << ": the thresholds carry over to a fresh batch";
+    if (top1.data == "skewed") {
+      EXPECT_GT(top1.max_over_mean, 3.0) << label;
+      // a per-expert logit offset multiplies column e of K = exp(z) by (e + 1)^-s, which the column
+      // scaling v absorbs: the plan, hence its routing, is the balanced data's, exactly
+      const auto& twin = rows[i + 1 - rows.size() / 2];
+      ASSERT_EQ(twin.data, "balanced");
+      EXPECT_EQ(sinkhorn.max_over_mean, twin.max_over_mean) << label;
+    }
+  }
+}
+
 TEST(MoeLoad, zero_logits_are_the_balanced_minimum) {
   const analysis::UniformBalance u = analysis::uniform_logits_balance(4096, 8, 2, 1.0, 9);
   for (double p : u.mean_prob) EXPECT_NEAR(p, 1.0 / 8.0, 1e-15);
@@ -75,6 +104,7 @@ TEST(MoeLoad, bad_input_is_named) {
   EXPECT_TRUE(throws_error_naming([] { analysis::drop_rate_table(64, {8}, {1}, {1.0}, -1.0, 1); }, {"drop_rate_table", "zipf_exponent (-1)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::bias_balance_table(10, 64, 8, 2, {0.0}, {0}, 1.0, 1); }, {"bias_balance_table", "gamma (0)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::bias_balance_table(0, 64, 8, 2, {0.1}, {0}, 1.0, 1); }, {"bias_balance_table", "batches"}));
+  EXPECT_TRUE(throws_error_naming([] { analysis::router_balance_table(1, {8}, 1.0, 1); }, {"router_balance_table", "tokens (1)"}));
   EXPECT_TRUE(throws_error_naming([] { analysis::uniform_logits_balance(64, 1, 1, 1.0, 1); }, {"uniform_logits_balance", "num_experts (1)"}));
 }
 

@@ -5,9 +5,12 @@
 
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
+#include "tvlab/ref/expert_choice.hpp"
 #include "tvlab/ref/moe_balance.hpp"
 #include "tvlab/ref/moe_capacity.hpp"
 #include "tvlab/ref/moe_router.hpp"
+#include "tvlab/ref/quantile_router.hpp"
+#include "tvlab/ref/sinkhorn_router.hpp"
 
 namespace tvlab::analysis {
 namespace {
@@ -125,6 +128,40 @@ BiasBalanceTable bias_balance_table(std::size_t batches, std::size_t tokens_per_
   }
   table.final_bias = bias;
   return table;
+}
+
+std::vector<RouterBalanceRow> router_balance_table(std::size_t tokens, const std::vector<std::size_t>& num_experts,
+                                                   double zipf_exponent, std::uint64_t seed) {
+  const char* fn = "router_balance_table";
+  require(tokens >= 2, fn, "tokens (", tokens, ") must be at least 2");
+  require(!num_experts.empty(), fn, "num_experts must name at least one value");
+  check_zipf(fn, zipf_exponent);
+  for (std::size_t e : num_experts) check_router(fn, e, 1);
+  std::vector<RouterBalanceRow> rows;
+  for (const bool skewed : {false, true}) {
+    const std::string data = skewed ? "skewed" : "balanced";
+    for (std::size_t e : num_experts) {
+      // this batch, and an earlier one from the same distribution for the quantile thresholds
+      Rng rng(seed + e);
+      const Tensor2 w = random_router(rng, e);
+      const Tensor2 x = rng.normal_matrix(tokens, kDModel), earlier = rng.normal_matrix(tokens, kDModel);
+      const double s = skewed ? zipf_exponent : 0.0;
+      const Tensor2 z = logits_for(x, w, s);
+      const auto row = [&](const std::string& router, const Routing& r, std::size_t iterations) {
+        rows.push_back({data, e, router, max_over_mean(expert_load(r)),
+                        static_cast<double>(ref::unrouted_tokens(r)) / static_cast<double>(tokens), iterations});
+      };
+      ref::RouterConfig top1;
+      top1.num_experts = e;
+      top1.top_k = 1;
+      row("top-1", ref::route_top_k(z, top1), 0);
+      ref::SinkhornConfig sinkhorn;
+      row("sinkhorn top-1", ref::route_sinkhorn(z, 1, sinkhorn), ref::sinkhorn_plan(z, sinkhorn).iterations);
+      row("expert choice c=1", ref::route_expert_choice(z, 1.0), 0);
+      row("quantile k=1 (earlier batch)", ref::route_quantile(z, ref::quantile_thresholds(logits_for(earlier, w, s), 1)), 0);
+    }
+  }
+  return rows;
 }
 
 UniformBalance uniform_logits_balance(std::size_t tokens, std::size_t num_experts, std::size_t top_k, double zipf_exponent,

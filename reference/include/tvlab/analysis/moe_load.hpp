@@ -16,7 +16,10 @@
 /// 2. `bias_balance_table`: a stream of batches from one skewed distribution, routed by DeepSeek-V3's
 ///    sigmoid top-k with the auxiliary-loss-free bias updated after every batch (`update_bias`),
 ///    beside the same router with no bias: the max/mean load per step.
-/// 3. `uniform_logits_balance`: all-zero logits give \f$ P_i = 1/E \f$, and then
+/// 3. `router_balance_table`: one batch routed five ways (top-1, top-1 by the Sinkhorn plan, expert
+///    choice with c = 1, quantile thresholds of an earlier batch applied to this one), each with its
+///    max/mean load and its tokens left with no expert.
+/// 4. `uniform_logits_balance`: all-zero logits give \f$ P_i = 1/E \f$, and then
 ///    \f$ L_{aux} = \alpha E \sum_i f_i / E = \alpha \f$ (k-normalised) whatever the routing f, the minimum over
 ///    all (f, P) of the balance loss when f = P (\f$ E \sum_i P_i^2 \ge 1 \f$ by Cauchy–Schwarz); the z-loss is
 ///    \f$ (\ln E)^2 \f$.
@@ -72,6 +75,23 @@ struct BiasBalanceTable {
 BiasBalanceTable bias_balance_table(std::size_t batches, std::size_t tokens_per_batch, std::size_t num_experts,
                                     std::size_t top_k, const std::vector<double>& gammas,
                                     const std::vector<std::size_t>& report_steps, double zipf_exponent, std::uint64_t seed);
+
+/// @ingroup ch09
+/// One router on one batch.
+struct RouterBalanceRow {
+  std::string data;             ///< "balanced" or "skewed"
+  std::size_t num_experts = 0;  ///< E
+  std::string router;           ///< "top-1", "sinkhorn top-1", "expert choice c=1", "quantile k=1 (earlier batch)"
+  double max_over_mean = 0.0;   ///< the busiest expert's load over the mean load
+  double unrouted = 0.0;        ///< tokens with no expert / N
+  std::size_t iterations = 0;   ///< Sinkhorn's iterations (tolerance 1e-6); 0 for the others
+};
+
+/// @ingroup ch09
+/// The routers of this chapter side by side on `tokens` tokens, balanced and skewed data, each E.
+/// Errors: tokens below 2, an empty list, E < 2, zipf_exponent negative.
+std::vector<RouterBalanceRow> router_balance_table(std::size_t tokens, const std::vector<std::size_t>& num_experts,
+                                                   double zipf_exponent, std::uint64_t seed);
 
 /// @ingroup ch09
 /// The balance objectives at all-zero logits, beside a balanced and a skewed random router.

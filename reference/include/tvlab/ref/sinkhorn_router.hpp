@@ -17,6 +17,11 @@
 /// \f$ f_t = \log r_t - \log \sum_e \exp(z_{te} + g_e) \f$ and \f$ g_e = \log c_e - \log \sum_t \exp(z_{te} + f_t) \f$,
 /// so logits of ±1e4 neither overflow nor leave a row of zeros: the same scalings, computed safely.
 ///
+/// A consequence worth seeing: a fixed preference for some experts, an offset $ eta_e $ added to every
+/// token's logit for expert e, multiplies column e of K by $ e^{eta_e} $, which $ v_e $ absorbs: the plan,
+/// and so the routing, is unchanged. Sinkhorn removes exactly the kind of skew that a collapsing
+/// router develops (`analysis::router_balance_table` shows it).
+///
 /// Routing: each token takes the k experts of largest \f$ T_{te} \f$ (ties: the lower expert), the plan
 /// deciding *who goes where*; the gates are the router's softmax over the chosen experts,
 /// renormalised to sum 1, so they stay differentiable functions of the logits. (S-BASE and
