@@ -5,6 +5,8 @@
 #include "tvlab/opt/moe_backward.hpp"
 #include "tvlab/ref/moe.hpp"
 #include "tvlab/ref/moe_backward.hpp"
+#include "tvlab/ref/moe_balance.hpp"
+#include "tvlab/ref/moe_capacity.hpp"
 #include "tvlab/ref/moe_router.hpp"
 #include "tvlab/student/moe.hpp"
 
@@ -19,7 +21,9 @@ const std::vector<Backend>& backends() {
        .route_top_k = ref::route_top_k,
        .moe_experts = ref::moe_experts,
        .moe_layer = ref::moe_layer,
-       .moe_layer_backward = ref::moe_layer_backward},
+       .moe_layer_backward = ref::moe_layer_backward,
+       .apply_capacity = ref::apply_capacity,
+       .update_bias = ref::update_bias},
       {.name = "opt",
        .kind = BackendKind::optimized,
        .moe_experts = opt::moe_experts,
@@ -30,7 +34,11 @@ const std::vector<Backend>& backends() {
        .caps = {.needs_device = true},
        .route_top_k = cuda::route_top_k,
        .moe_experts = cuda::moe_experts},
-      {.name = "student", .kind = BackendKind::student, .route_top_k = student::route_top_k},
+      {.name = "student",
+       .kind = BackendKind::student,
+       .route_top_k = student::route_top_k,
+       .apply_capacity = student::apply_capacity,
+       .update_bias = student::update_bias},
   };
   return all;
 }

@@ -72,4 +72,60 @@ Routing route_top_k(const Tensor2& logits, const ref::RouterConfig& cfg, const s
   // END EXERCISE
 }
 
+Routing apply_capacity(const Routing& r, std::size_t capacity, ref::CapacityPriority priority) {
+  // BEGIN EXERCISE 09.2 "token dropping at an expert capacity (Switch and GShard priorities)" "Capacity and dropped tokens"
+  validate_routing("apply_capacity", r, r.tokens, r.num_experts);
+  require(capacity > 0, "apply_capacity", "capacity (", capacity, ") must be positive");
+  // rank of each assignment among its token's assignments: 0 for the first choice
+  std::vector<std::size_t> rank(r.size()), seen(r.tokens, 0);
+  std::size_t ranks = 1;
+  for (std::size_t a = 0; a < r.size(); ++a) {
+    rank[a] = seen[r.token[a]]++;
+    ranks = std::max(ranks, rank[a] + 1);
+  }
+  // Switch: one pass in list order; GShard: one pass per rank
+  const bool by_rank = priority == ref::CapacityPriority::choice_rank;
+  std::vector<bool> keep(r.size(), false);
+  std::vector<std::size_t> used(r.num_experts, 0);
+  for (std::size_t pass = 0; pass < (by_rank ? ranks : 1); ++pass)
+    for (std::size_t a = 0; a < r.size(); ++a)
+      if ((!by_rank || rank[a] == pass) && used[r.expert[a]] < capacity) {
+        ++used[r.expert[a]];
+        keep[a] = true;
+      }
+  Routing out;
+  out.tokens = r.tokens;
+  out.num_experts = r.num_experts;
+  out.dropped = r.dropped;
+  for (std::size_t a = 0; a < r.size(); ++a) {
+    if (!keep[a]) {
+      ++out.dropped;
+    } else {
+      out.token.push_back(r.token[a]);
+      out.expert.push_back(r.expert[a]);
+      out.gate.push_back(r.gate[a]);
+    }
+  }
+  return out;
+  // END EXERCISE
+}
+
+std::vector<float> update_bias(const std::vector<float>& bias, const std::vector<std::size_t>& load, float gamma) {
+  // BEGIN EXERCISE 09.3 "one step of DeepSeek-V3's auxiliary-loss-free bias update" "Balancing without a loss"
+  require(!bias.empty(), "update_bias", "bias must not be empty");
+  require(load.size() == bias.size(), "update_bias", "load has ", load.size(), " values, bias ", bias.size());
+  require(gamma > 0.0f && std::isfinite(gamma), "update_bias", "gamma (", gamma, ") must be positive and finite");
+  require_finite("update_bias", "bias", bias);
+  double mean = 0.0;
+  for (std::size_t l : load) mean += static_cast<double>(l);
+  mean /= static_cast<double>(load.size());
+  std::vector<float> out(bias);
+  for (std::size_t i = 0; i < bias.size(); ++i) {
+    if (static_cast<double>(load[i]) < mean) out[i] += gamma;  // underloaded: chosen more often
+    if (static_cast<double>(load[i]) > mean) out[i] -= gamma;  // overloaded: chosen less often
+  }
+  return out;
+  // END EXERCISE
+}
+
 }  // namespace tvlab::student
