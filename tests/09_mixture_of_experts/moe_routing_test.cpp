@@ -112,7 +112,9 @@ TEST(ExpertChoice, every_expert_takes_exactly_its_capacity_of_best_tokens) {
     std::size_t without = 0;
     for (std::size_t t = 0; t < n; ++t) without += std::none_of(chosen[t].begin(), chosen[t].end(), [](bool b) { return b; });
     EXPECT_EQ(ref::unrouted_tokens(r), without);
-    if (c <= 1.0) EXPECT_GT(without, 0u) << "c " << c << ": some token is chosen by no expert";
+    if (c <= 1.0) {
+      EXPECT_GT(without, 0u) << "c " << c << ": some token is chosen by no expert";
+    }
     for (std::size_t e = 0; e < experts; ++e) {
       double worst_chosen = 2.0, best_unchosen = -1.0;
       for (std::size_t t = 0; t < n; ++t) {
