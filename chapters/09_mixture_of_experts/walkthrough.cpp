@@ -12,6 +12,7 @@
 #include "../common/run_cost.hpp"
 #include "../common/walkthrough.hpp"
 #include "backends.hpp"
+#include "tvlab/analysis/moe_load.hpp"
 #include "tvlab/analysis/moe_params.hpp"
 #include "tvlab/core/error.hpp"
 #include "tvlab/core/rng.hpp"
@@ -185,10 +186,72 @@ std::vector<Agreement> agreements(bool include_cuda) {
   return out;
 }
 
+std::string percent(double fraction) { return fixed(100.0 * fraction, 1) + "%"; }
+
+// Dropped assignments against the capacity factor: 4096 tokens, balanced and skewed routers.
+std::string drop_rate_markdown() {
+  const std::vector<double> factors = {1.0, 1.25, 1.5, 2.0};
+  const std::vector<analysis::DropRateRow> rows = analysis::drop_rate_table(4096, {8, 64}, {1, 2}, factors, 1.0, 9);
+  std::vector<std::vector<std::string>> table;
+  for (std::size_t i = 0; i < rows.size(); i += factors.size()) {
+    std::vector<std::string> row = {rows[i].data, std::to_string(rows[i].num_experts), std::to_string(rows[i].top_k),
+                                    fixed(rows[i].max_over_mean, 2)};
+    for (std::size_t f = 0; f < factors.size(); ++f) row.push_back(percent(rows[i + f].dropped));
+    table.push_back(row);
+  }
+  return markdown_table({"router", "E", "k", "busiest / mean load", "dropped, cf 1.0", "cf 1.25", "cf 1.5", "cf 2.0"}, table);
+}
+
+// DeepSeek-V3's bias update over a stream of batches against the plain router.
+std::string bias_markdown() {
+  const analysis::BiasBalanceTable t =
+      analysis::bias_balance_table(200, 512, 16, 2, {0.001, 0.01}, {0, 1, 5, 10, 25, 50, 100, 150, 199}, 1.0, 9);
+  std::vector<std::string> header = {"batch"};
+  std::vector<std::vector<std::string>> rows = {{"no bias"}};
+  for (double g : t.gammas) rows.push_back({"bias, gamma = " + fixed(g, 3)});
+  for (const analysis::BiasBalanceRow& r : t.rows) {
+    header.push_back(std::to_string(r.step));
+    rows[0].push_back(fixed(r.plain, 2));
+    for (std::size_t g = 0; g < t.gammas.size(); ++g) rows[g + 1].push_back(fixed(r.biased[g], 2));
+  }
+  return markdown_table(header, rows);
+}
+
+// The routers side by side: how even, and how many tokens left without an expert.
+std::string routers_markdown() {
+  const std::vector<analysis::RouterBalanceRow> rows = analysis::router_balance_table(4096, {8, 64}, 1.0, 9);
+  std::vector<std::vector<std::string>> table;
+  for (const analysis::RouterBalanceRow& r : rows)
+    table.push_back({r.data, std::to_string(r.num_experts), r.router, fixed(r.max_over_mean, 3), percent(r.unrouted),
+                     r.iterations ? std::to_string(r.iterations) : "-"});
+  return markdown_table({"router logits", "E", "routing", "busiest / mean load", "tokens with no expert", "Sinkhorn iterations"}, table);
+}
+
+std::string uniform_markdown() {
+  const analysis::UniformBalance u = analysis::uniform_logits_balance(4096, 8, 2, 1.0, 9);
+  return markdown_table({"quantity (E = 8, k = 2, 4096 tokens)", "value"},
+                        {{"P_i at zero logits", fixed(u.mean_prob[0], 4) + " each"},
+                         {"L_aux at zero logits (k-normalised, alpha 1)", fixed(u.aux_k_normalised, 4)},
+                         {"the same in Hugging Face Mixtral's form", fixed(u.aux_mixtral, 4)},
+                         {"z-loss at zero logits, (ln 8)^2", fixed(u.z_loss, 6)},
+                         {"L_aux of a random router's own routing", fixed(u.aux_balanced_router, 4)},
+                         {"L_aux of the skewed router's routing", fixed(u.aux_skewed_router, 4)}});
+}
+
 std::string markdown() {
   std::ostringstream md;
   md << results_header(TVLAB_CHAPTER_NAME, "Mixture of experts");
   md << "## The documents' numbers\n\n" << checks_markdown(document_checks()) << '\n';
+  md << "## Capacity and dropped tokens\n\n"
+     << "4096 tokens (N(0, 1), d = 64, a random router N(0, 1/d)); skewed: expert e's logit lowered by ln(1 + e). "
+        "Top-k, capacity over the k N assignments, C = ceil(k N / E x cf); dropped assignments in % of k N:\n\n"
+     << drop_rate_markdown() << '\n';
+  md << "## The balance objectives at uniform logits\n\n" << uniform_markdown() << '\n';
+  md << "## Balancing without a loss\n\n"
+     << "200 batches of 512 tokens from a skewed distribution, E = 16, k = 2: the busiest expert's load over the mean, "
+        "without the bias and with DeepSeek-V3's update b_i <- b_i + gamma sign(mean - load_i) after each batch:\n\n"
+     << bias_markdown() << '\n';
+  md << "## Routers compared\n\n" << routers_markdown() << '\n';
   md << "## Reference vs optimized\n\n" << agreements_markdown(agreements(/*include_cuda=*/false));
   return md.str();
 }
