@@ -6,7 +6,9 @@ if(NOT MPI_CXX_FOUND)
   message(STATUS "tvlab: MPI not found, chapter ${number}'s expert parallelism (moe_mpi) is off")
   return()
 endif()
-find_program(TVLAB_MPIEXEC NAMES mpirun mpiexec HINTS "${MPI_HOME}/bin")
+# FindMPI's launcher (/usr/bin/mpiexec on Debian). Open MPI takes the folder it was started from
+# for its installation prefix: /bin/mpirun (merged /usr) would give "/" and refuse to run.
+set(TVLAB_MPIEXEC "${MPIEXEC_EXECUTABLE}")
 message(STATUS "tvlab: MPI ${MPI_CXX_VERSION} found, chapter ${number}'s expert parallelism (moe_mpi) on")
 
 add_library(tvlab_${chapter}_expert_parallel STATIC "${src}/expert_parallel.cpp")

@@ -82,7 +82,12 @@ std::size_t widest_span(const Routing& r, std::size_t ranks) {
 
 std::string kib(double bytes) {
   std::ostringstream out;
-  out << std::fixed << std::setprecision(1) << bytes / 1024.0 << " KiB";
+  if (bytes < 65536)
+    out << static_cast<long long>(bytes) << " B";
+  else if (bytes < 64.0 * 1048576)
+    out << std::fixed << std::setprecision(1) << bytes / 1024.0 << " KiB";
+  else
+    out << std::fixed << std::setprecision(2) << bytes / 1048576.0 << " MiB";
   return out.str();
 }
 
@@ -92,7 +97,7 @@ void print_bytes(MPI_Comm comm, int rank, const mpi::ExchangeStats& st, const st
   for (std::size_t d = 0; d < st.rows_to.size(); ++d) (static_cast<int>(d) == rank ? rows_local : rows_out) += static_cast<double>(st.rows_to[d]);
   const std::vector<double> all = gather(comm, {rows_local, rows_out, static_cast<double>(st.bytes_sent), static_cast<double>(st.bytes_received)});
   if (rank != 0) return;
-  std::cout << title << "\n  rank  rows kept  rows to others  bytes sent   bytes received\n";
+  std::cout << std::defaultfloat << title << "\n  rank  rows kept  rows to others  bytes sent   bytes received\n";
   for (std::size_t i = 0; i < all.size() / 4; ++i)
     std::cout << "  " << std::setw(4) << i << std::setw(11) << all[4 * i] << std::setw(16) << all[4 * i + 1] << std::setw(14)
               << kib(all[4 * i + 2]) << std::setw(15) << kib(all[4 * i + 3]) << "\n";
@@ -122,9 +127,10 @@ int run_check(MPI_Comm comm, int rank, int ranks, Options o) {
     std::cout << "moe_mpi --check: " << R << " ranks, E " << o.experts << " (" << o.experts / R << " per rank), k " << o.top_k
               << ", " << o.shared << " shared, d_model " << o.d_model << ", d_ff " << o.d_ff << ", tokens per rank "
               << o.tokens << " + 3 rank; tolerance max |y - y_single| <= " << tolerance << " max |y_single|\n";
+  // no limit; each token on one rank (when its k experts fit there); M = R, which limits nothing
   std::vector<std::size_t> limits = {0};
-  for (std::size_t m = 1; m <= R; ++m)
-    if (o.top_k <= m * (o.experts / R)) limits.push_back(m);
+  if (o.top_k <= o.experts / R && R > 1) limits.push_back(1);
+  limits.push_back(R);
   for (std::size_t m : limits) {
     mpi::ExpertParallelConfig cfg{rc, m};
     mpi::ExchangeStats st;
@@ -150,7 +156,7 @@ int run_check(MPI_Comm comm, int rank, int ranks, Options o) {
       for (int q = 0; q < ranks; ++q) {
         const double* v = &all[4 * static_cast<std::size_t>(q)];
         std::cout << "  rank " << q << ": max |y - y_single| " << std::scientific << std::setprecision(2) << v[0] << " (max |y| "
-                  << std::fixed << std::setprecision(3) << v[1] << "), widest span " << v[2] << " ranks"
+                  << std::fixed << std::setprecision(3) << v[1] << "), widest span " << static_cast<int>(v[2]) << " ranks"
                   << (v[3] > 0 ? "" : "  MISMATCH") << "\n";
         ok = ok && v[3] > 0;
       }
@@ -284,9 +290,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int status = rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+    // --help prints the options; a bad option is one line naming it, from rank 0
+    const bool help = e.get_exit_code() == 0;
+    if (rank == 0 && help) app.exit(e);
+    if (rank == 0 && !help) std::cerr << "moe_mpi: " << e.what() << "\n";
     MPI_Finalize();
-    return status == 0 ? 0 : 2;
+    return help ? 0 : 2;
   }
   // the sizes of each mode, unless given
   const bool step = o.step, bench = o.bench;

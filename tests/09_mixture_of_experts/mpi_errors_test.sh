@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 expect() {  # expect "<what>" <ranks> "<stderr pattern>" -- moe_mpi arguments...
   local what=$1 ranks=$2 needle=$3
   shift 4
-  "$mpirun" --oversubscribe -np "$ranks" "$moe_mpi" "$@" > "$tmp/out" 2> "$tmp/err"
+  "$mpirun" --quiet --oversubscribe -np "$ranks" "$moe_mpi" "$@" > "$tmp/out" 2> "$tmp/err"
   local got=$?
   if [ "$got" -ne 2 ]; then
     echo "FAIL $what: exit status $got, expected 2"; cat "$tmp/err"; failures=$((failures + 1)); return
