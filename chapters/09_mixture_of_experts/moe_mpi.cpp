@@ -99,7 +99,8 @@ void print_bytes(MPI_Comm comm, int rank, const mpi::ExchangeStats& st, const st
   if (rank != 0) return;
   std::cout << std::defaultfloat << title << "\n  rank  rows kept  rows to others  bytes sent   bytes received\n";
   for (std::size_t i = 0; i < all.size() / 4; ++i)
-    std::cout << "  " << std::setw(4) << i << std::setw(11) << all[4 * i] << std::setw(16) << all[4 * i + 1] << std::setw(14)
+    std::cout << "  " << std::setw(4) << i << std::setw(11) << static_cast<long long>(all[4 * i]) << std::setw(16)
+              << static_cast<long long>(all[4 * i + 1]) << std::setw(14)
               << kib(all[4 * i + 2]) << std::setw(15) << kib(all[4 * i + 3]) << "\n";
 }
 
@@ -257,9 +258,16 @@ int run_bench(MPI_Comm comm, int rank, int ranks, Options o) {
     std::cout << "\n";
   }
   print_bytes(comm, rank, st, "  bytes per rank and layer:");
-  if (rank == 0 && std::thread::hardware_concurrency() < 2 * R)
-    std::cout << "  (fewer cores than ranks x 2: the ranks share the cores, so this shows the communication's volume "
-                 "and cost, not a speed-up; on separate GPUs or nodes each rank computes E/R experts at once)\n";
+  // ranks on this machine (one shared-memory node)
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int here = 1;
+  MPI_Comm_size(node, &here);
+  MPI_Comm_free(&node);
+  if (rank == 0 && R > 1 && here == ranks)
+    std::cout << "  (all " << R << " ranks share this machine's " << std::thread::hardware_concurrency()
+              << " cores: the total work is the same for every R, so this shows the communication's volume and cost, "
+                 "not a speed-up; with a GPU or node per rank, each rank's E/R experts run at once)\n";
   return 0;
 }
 
