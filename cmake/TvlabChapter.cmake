@@ -13,6 +13,11 @@
 #   tests/NN_topic/*.cpp              helpers of the tests (oracles)
 #   tests/NN_topic/cli_test.sh        the chapter's command end to end
 #   exercises/NN_topic/solution.cpp   the worked exercises (collected in exercises/CMakeLists.txt)
+#   chapters/NN_topic/chapter.cmake   optional: anything else the chapter builds (a program that
+#                                     needs an optional package, its tests), included last, inside
+#                                     this function: it sees the variables chapter ("09_mixture_of_experts"),
+#                                     number ("09"), label ("ch09"), src (the chapter's folder) and
+#                                     tests (its tests' folder), and the targets above
 #
 # Every chapter source sees TVLAB_CHAPTER_NAME ("04_flash_attention"); ctest labels are chNN,
 # chNN-gpu (CUDA cases) and exercise-NN (which `ctest -L exercise` matches).
@@ -104,6 +109,9 @@ function(tvlab_add_chapter chapter)
       set_tests_properties(${label}.cli PROPERTIES LABELS "${label};cli")
     endif()
   endif()
+
+  # The chapter's own additions, if any: a function's scope, so its variables stay the chapter's.
+  include("${src}/chapter.cmake" OPTIONAL)
 endfunction()
 
 # After every chapter: the list `tvlab` iterates, generated from the chapters found.

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(cmake make ninja-build g++ python3 python3-venv ccache
           libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
           libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-          doxygen graphviz libjs-mathjax)
+          doxygen graphviz libjs-mathjax openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${packages[@]}"; do
