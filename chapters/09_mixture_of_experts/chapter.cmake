@@ -18,6 +18,10 @@ target_link_libraries(tvlab_${chapter}_expert_parallel PUBLIC tvlab_optimized MP
 add_executable(moe_mpi "${src}/moe_mpi.cpp")
 set_target_properties(moe_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/chapters")
 target_link_libraries(moe_mpi PRIVATE tvlab_${chapter}_expert_parallel CLI11::CLI11 OpenMP::OpenMP_CXX tvlab_flags)
+# `tvlab moe --ranks N` runs moe_mpi --step under this launcher (tvlab itself does not link MPI)
+target_compile_definitions(tvlab_${chapter}_walkthrough PRIVATE TVLAB_MPIEXEC="${TVLAB_MPIEXEC}"
+                           TVLAB_MOE_MPI="$<TARGET_FILE:moe_mpi>")
+add_dependencies(tvlab moe_mpi)
 
 if(TVLAB_BUILD_TESTS AND TVLAB_MPIEXEC)
   add_dependencies(tvlab_tests moe_mpi)

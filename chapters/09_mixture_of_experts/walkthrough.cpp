@@ -3,7 +3,10 @@
 // expert's output and the gate-weighted sum); --backend runs the registry; --markdown prints
 // results.md; `tvlab tour` checks agreement and the documents' numbers.
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -24,7 +27,31 @@ namespace {
 struct Options : StandardOptions {
   int tokens = 6, d_model = 8, d_ff = 16, experts = 4, top_k = 2, shared = 0;
   std::string model, config, dtype;  // the parameter calculator: --model NAME | list, --config FILE, --dtype
+  int ranks = 0, max_ranks = 0;       // expert parallelism: mpirun -np ranks moe_mpi --step
 };
+
+// --ranks N: the dispatch and combine of expert parallelism step by step, by moe_mpi under mpirun
+// (built where MPI was found; `tvlab` itself does not link MPI).
+int run_ranks(const Options& o) {
+  require(o.ranks >= 1, TVLAB_CHAPTER_NAME, "--ranks (", o.ranks, ") must be at least 1");
+  require(o.max_ranks >= 0 && o.max_ranks <= o.ranks, TVLAB_CHAPTER_NAME, "--max-ranks (", o.max_ranks,
+          ") must be 0 (no limit) or in 1..--ranks (", o.ranks, ")");
+#if defined(TVLAB_MOE_MPI) && defined(TVLAB_MPIEXEC)
+  // Open MPI refuses to run as root unless told; more ranks than cores need --oversubscribe
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::string command = std::string("'") + TVLAB_MPIEXEC + "' --oversubscribe -np " + std::to_string(o.ranks) + " '" +
+                        TVLAB_MOE_MPI + "' --step";
+  if (o.max_ranks > 0) command += " --max-ranks " + std::to_string(o.max_ranks);
+  std::cout << "$ " << command << "\n" << std::flush;
+  const int status = std::system(command.c_str());
+  require(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) != 127, TVLAB_CHAPTER_NAME, "--ranks: could not run ",
+          TVLAB_MPIEXEC);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+#else
+  fail(TVLAB_CHAPTER_NAME, "--ranks needs moe_mpi, built only where MPI is found (`make deps` installs Open MPI; then reconfigure)");
+#endif
+}
 
 // A random layer: router and experts ~ N(0, 1 / fan_in), so that logits and outputs stay O(1).
 MoeWeights random_layer(Rng& rng, std::size_t d_model, std::size_t d_ff, std::size_t experts, std::size_t shared) {
@@ -365,6 +392,7 @@ int run_calculator(const Options& o, const GlobalOptions& g) {
 }
 
 int run(const Options& o, const GlobalOptions& g) {
+  if (o.given("--ranks") || o.given("--max-ranks")) return run_ranks(o);
   // The calculator (--model, --config) answers before anything else runs.
   if (!o.model.empty() || !o.config.empty()) {
     for (const char* option : {"--tokens", "--d-model", "--d-ff", "--experts", "--top-k", "--shared", "--step", "--backend", "--dump"})
@@ -436,6 +464,10 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     sub.option("--experts", o->experts, "routed experts E");
     sub.option("--top-k", o->top_k, "experts per token k");
     sub.option("--shared", o->shared, "shared experts, which every token passes through");
+    sub.option("--ranks", o->ranks,
+               "expert parallelism: run moe_mpi --step on this many MPI ranks (dispatch and combine step by step)", ShowDefault::no);
+    sub.option("--max-ranks", o->max_ranks, "with --ranks: each token's experts on at most this many ranks (0: no limit)",
+               ShowDefault::no);
     sub.option("--model", o->model, "the parameter calculator: a built-in MoE model (list: the names)");
     sub.option("--config", o->config, "the parameter calculator: a Hugging Face config.json");
     sub.option("--dtype", o->dtype, "the calculator's memory at one format only: bf16, fp8, int4, Q8_0, Q4_K, ...");

@@ -29,4 +29,13 @@ check "moe: an unknown --dtype lists the formats" 2 "Q4_K" -- "$tvlab" moe --mod
 check "moe: --dtype without a model" 2 "--dtype belongs to the calculator" -- "$tvlab" moe --dtype fp8
 check "moe: a layer option with the calculator" 2 "--top-k belongs to the layer demo" -- "$tvlab" moe --model deepseek-v3 --top-k 3
 
+# --ranks: expert parallelism step by step under mpirun (moe_mpi is built where MPI was found)
+if [ -x "$(dirname "$tvlab")/moe_mpi" ]; then
+  check "moe --ranks 2: dispatch and combine under mpirun" 0 "" -- "$tvlab" moe --ranks 2
+  grep -q "4. combine" "$tmp/out" && pass "--ranks prints the combine step" || fail "--ranks does not print the combine step"
+else
+  check "moe --ranks without MPI names what is missing" 2 "moe_mpi" -- "$tvlab" moe --ranks 2
+fi
+check "moe --max-ranks above --ranks names the option" 2 "--max-ranks (3)" -- "$tvlab" moe --ranks 2 --max-ranks 3
+
 [ "$failures" -eq 0 ]
