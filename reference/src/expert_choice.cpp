@@ -12,12 +12,8 @@ namespace tvlab::ref {
 
 Routing route_expert_choice(const Tensor2& logits, double capacity_factor) {
   const char* fn = "route_expert_choice";
-  require_nonempty(fn, "logits", logits);
+  require_finite_logits(fn, logits);
   const std::size_t tokens = logits.shape()[0], num_experts = logits.shape()[1];
-  for (std::size_t t = 0; t < tokens; ++t)
-    for (std::size_t e = 0; e < num_experts; ++e)
-      require(std::isfinite(logits(t, e)), fn, "the router's logit for token ", t, ", expert ", e, " is not finite (",
-              logits(t, e), ")");
   require(std::isfinite(capacity_factor) && capacity_factor > 0.0, fn, "capacity_factor (", capacity_factor,
           ") must be positive and finite");
   // C = ceil(n / E * c)

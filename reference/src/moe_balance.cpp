@@ -8,13 +8,7 @@
 namespace tvlab::ref {
 namespace {
 
-void check_logits(const char* fn, const Tensor2& logits) {
-  require_nonempty(fn, "logits", logits);
-  for (std::size_t t = 0; t < logits.shape()[0]; ++t)
-    for (std::size_t e = 0; e < logits.shape()[1]; ++e)
-      require(std::isfinite(logits(t, e)), fn, "the router's logit for token ", t, ", expert ", e, " is not finite (",
-              logits(t, e), ")");
-}
+void check_logits(const char* fn, const Tensor2& logits) { require_finite_logits(fn, logits); }
 
 // log sum_j exp(z_tj) and p_t = softmax(z_t), in double
 double token_softmax(const Tensor2& logits, std::size_t t, std::vector<double>& p) {

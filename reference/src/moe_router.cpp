@@ -60,10 +60,7 @@ void validate_logits(const char* fn, const Tensor2& logits, const RouterConfig& 
   validate_router(fn, cfg);
   require_nonempty(fn, "logits", logits);
   require_dim(fn, "logits", logits, 1, "columns", cfg.num_experts, "num_experts");
-  for (std::size_t t = 0; t < logits.shape()[0]; ++t)
-    for (std::size_t e = 0; e < cfg.num_experts; ++e)
-      require(std::isfinite(logits(t, e)), fn, "the router's logit for token ", t, ", expert ", e, " is not finite (",
-              logits(t, e), ")");
+  require_finite_logits(fn, logits);
   require(bias.empty() || bias.size() == cfg.num_experts, fn, "bias has ", bias.size(), " values, expected num_experts (",
           cfg.num_experts, ") or none");
   for (std::size_t e = 0; e < bias.size(); ++e) require(std::isfinite(bias[e]), fn, "bias[", e, "] is not finite");

@@ -24,12 +24,8 @@ void check_marginals(const char* fn, const char* name, const std::vector<double>
 }
 
 SinkhornPlan plan_for(const char* fn, const Tensor2& logits, const SinkhornConfig& cfg) {
-  require_nonempty(fn, "logits", logits);
+  require_finite_logits(fn, logits);
   const std::size_t n = logits.shape()[0], num_experts = logits.shape()[1];
-  for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t e = 0; e < num_experts; ++e)
-      require(std::isfinite(logits(t, e)), fn, "the router's logit for token ", t, ", expert ", e, " is not finite (",
-              logits(t, e), ")");
   require(std::isfinite(cfg.tolerance) && cfg.tolerance > 0.0, fn, "tolerance (", cfg.tolerance, ") must be positive");
   require_positive(fn, "max_iterations", cfg.max_iterations);
   // r: 1 per token unless given; c: the total of r spread evenly unless given

@@ -12,6 +12,7 @@
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
 #include "backends.hpp"
+#include "random_layer.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/moe.hpp"
 
@@ -21,15 +22,7 @@ namespace {
 using tvlab::testing::throws_error_naming;
 
 MoeWeights grad_layer(Rng& rng, std::size_t d_model, std::size_t d_ff, std::size_t experts) {
-  MoeWeights w;
-  w.router = rng.normal_matrix(d_model, experts, 0.0, 0.5);
-  auto expert = [&] {
-    return SwigluWeights{rng.normal_matrix(d_model, d_ff, 0.0, 0.3), rng.normal_matrix(d_model, d_ff, 0.0, 0.3),
-                         rng.normal_matrix(d_ff, d_model, 0.0, 0.3)};
-  };
-  for (std::size_t e = 0; e < experts; ++e) w.experts.push_back(expert());
-  w.shared.push_back(expert());
-  return w;
+  return random_moe_layer(rng, d_model, d_ff, experts, 1, d_ff, 0.5, 0.3);
 }
 
 // Float sums of up to tokens x d_ff products in any order against the reference's double ones:

@@ -14,6 +14,7 @@
 #include "../common/registry.hpp"
 #include "../common/testing.hpp"
 #include "backends.hpp"
+#include "random_layer.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/ffn.hpp"
 #include "tvlab/ref/moe.hpp"
@@ -24,15 +25,7 @@ namespace {
 using tvlab::testing::throws_error_naming;
 
 MoeWeights layer(Rng& rng, std::size_t d_model, std::size_t d_ff, std::size_t experts, std::size_t shared, std::size_t shared_d_ff) {
-  MoeWeights w;
-  w.router = rng.normal_matrix(d_model, experts, 0.0, 1.0 / std::sqrt(double(d_model)));
-  auto expert = [&](std::size_t f) {
-    return SwigluWeights{rng.normal_matrix(d_model, f, 0.0, 0.5), rng.normal_matrix(d_model, f, 0.0, 0.5),
-                         rng.normal_matrix(f, d_model, 0.0, 0.5)};
-  };
-  for (std::size_t e = 0; e < experts; ++e) w.experts.push_back(expert(d_ff));
-  for (std::size_t s = 0; s < shared; ++s) w.shared.push_back(expert(shared_d_ff));
-  return w;
+  return random_moe_layer(rng, d_model, d_ff, experts, shared, shared_d_ff, 1.0 / std::sqrt(double(d_model)), 0.5);
 }
 
 // One expert on one token, in double, straight from the formula (SiLU(x W1) * x W2) W3; also

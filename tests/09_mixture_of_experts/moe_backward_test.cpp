@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../common/testing.hpp"
+#include "random_layer.hpp"
 #include "tvlab/core/rng.hpp"
 #include "tvlab/ref/moe.hpp"
 #include "tvlab/ref/moe_backward.hpp"
@@ -31,15 +32,7 @@ struct Case {
 };
 
 MoeWeights small_layer(Rng& rng, std::size_t d_model, std::size_t d_ff, std::size_t experts) {
-  MoeWeights w;
-  w.router = rng.normal_matrix(d_model, experts, 0.0, 0.8);
-  auto expert = [&] {
-    return SwigluWeights{rng.normal_matrix(d_model, d_ff, 0.0, 0.5), rng.normal_matrix(d_model, d_ff, 0.0, 0.5),
-                         rng.normal_matrix(d_ff, d_model, 0.0, 0.5)};
-  };
-  for (std::size_t e = 0; e < experts; ++e) w.experts.push_back(expert());
-  w.shared.push_back(expert());
-  return w;
+  return moe::random_moe_layer(rng, d_model, d_ff, experts, 1, d_ff, 0.8, 0.5);
 }
 
 // L = sum dy * y in double

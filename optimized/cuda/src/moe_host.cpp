@@ -72,9 +72,7 @@ Routing route_top_k(const Tensor2& logits, const ref::RouterConfig& cfg, const s
   require(cfg.n_group <= 64, fn, "n_group (", cfg.n_group, ") is above the kernel's 64");
   require_nonempty(fn, "logits", logits);
   require_dim(fn, "logits", logits, 1, "columns", cfg.num_experts, "num_experts");
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    require(std::isfinite(logits.data()[i]), fn, "the router's logit for token ", i / cfg.num_experts, ", expert ",
-            i % cfg.num_experts, " is not finite (", logits.data()[i], ")");
+  require_finite_logits(fn, logits);
   require(bias.empty() || bias.size() == cfg.num_experts, fn, "bias has ", bias.size(), " values, expected num_experts (",
           cfg.num_experts, ") or none");
   require_finite(fn, "bias", bias);

@@ -64,6 +64,14 @@ void validate_routing(const char* fn, const Routing& r, std::size_t tokens, std:
   }
 }
 
+void require_finite_logits(const char* fn, const Tensor2& logits) {
+  require_nonempty(fn, "logits", logits);
+  for (std::size_t t = 0; t < logits.shape()[0]; ++t)
+    for (std::size_t e = 0; e < logits.shape()[1]; ++e)
+      require(std::isfinite(logits(t, e)), fn, "the router's logit for token ", t, ", expert ", e, " is not finite (",
+              logits(t, e), ")");
+}
+
 std::vector<std::size_t> expert_load(const Routing& r) {
   std::vector<std::size_t> load(r.num_experts, 0);
   for (std::size_t e : r.expert)

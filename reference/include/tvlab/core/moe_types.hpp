@@ -54,6 +54,10 @@ std::size_t validate_moe(const char* function, const Tensor2& x, const MoeWeight
 /// every token and expert index in range, finite gates.
 void validate_routing(const char* function, const Routing& r, std::size_t tokens, std::size_t num_experts);
 
+/// Checks router logits `[tokens, E]`: not empty, every logit finite (an error naming the token and
+/// the expert otherwise). Every router starts with it.
+void require_finite_logits(const char* function, const Tensor2& logits);
+
 /// Tokens per expert: `load[e]` = the number of assignments to expert e.
 std::vector<std::size_t> expert_load(const Routing& r);
 
