@@ -176,8 +176,8 @@ std::vector<DocumentCheck> document_checks() {
   // DeepSeek-V3's training (arXiv:2412.19437, Table 1): pre-training 2664K, context extension 119K,
   // post-training 5K H800 hours, at the report's assumed $2 an hour.
   const double hours = 2664e3 + 119e3 + 5e3;
-  c.push_back(check_number("004 L181", "DeepSeek-V3's training cost, M$ (2.788M H800 hours x $2)", "about $5.6M", 5.6, 0.1,
-                           hours * 2 / 1e6, "$" + fixed(hours * 2 / 1e6, 3) + "M"));
+  c.push_back(check_number("004 L181", "DeepSeek-V3's training cost, million USD (2.788M H800 hours at 2 USD an hour)", "about 5.6M USD", 5.6, 0.1,
+                           hours * 2 / 1e6, fixed(hours * 2 / 1e6, 3) + "M USD"));
   c.push_back(check_number("004 L175", "H800 hours of DeepSeek-V3's pre-training on 14.8T tokens, M", "2.788M", 2.788,
                            0.001, 2664e3 / 1e6, "2.664M (2.788M is the whole training)"));
   // 004 L181 "about 1/4 of a dense model of the same size": training FLOPs 6 N D scale with the
