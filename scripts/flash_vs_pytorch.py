@@ -102,14 +102,17 @@ def main():
     torch.set_num_threads(args.threads)
     shapes = [(n, d, c, b) for b in (False, True) for n in args.n for d in args.d for c in (False, True)
               if not b or n <= args.backward_max_n]
-    names = [tvlab_name(*s) for s in shapes]
+    sgemm = "openblas_sgemm/1024/real_time"  # the machine's matrix-product rate, in the same run
+    names = [tvlab_name(*s) for s in shapes] + [sgemm]
     ratios = {s: [] for s in shapes}
     best = {s: [float("inf"), float("inf")] for s in shapes}
     blas_note = ""
+    sgemm_best = float("inf")
     for r in range(args.rounds):
         # tvlab, then PyTorch, shape by shape within the round (the benchmark program runs its shapes in one go)
         tv, stderr = run_tvlab(args.bench, names, args.min_time, args.threads)
         blas_note = blas_note or " ".join(line.strip() for line in stderr.splitlines() if "OpenBLAS" in line)
+        sgemm_best = min(sgemm_best, tv[sgemm])
         for s in shapes:
             t_torch = run_torch(torch, *s, args.min_time)
             t_tvlab = tv[tvlab_name(*s)]
@@ -122,19 +125,22 @@ def main():
           f"{platform.processor() or platform.machine()}; {args.rounds} paired rounds")
     if blas_note:
         print(f"OpenBLAS: {blas_note}")
+    sgemm_rate = 2.0 * 1024**3 / sgemm_best / 1e9
+    print(f"OpenBLAS SGEMM 1024^3 in the same runs: {sgemm_rate:.1f} GFLOP/s")
     config = torch.__config__.show().replace(",", " ").split()
     blas = [item for item in config if item.startswith(("BLAS_INFO=", "USE_MKLDNN=", "USE_OPENMP="))]
     if blas:
         print("PyTorch build: " + ", ".join(blas))
     print()
-    print("| pass | n | d | causal | tvlab GFLOP/s | PyTorch GFLOP/s | PyTorch time / tvlab time, median | min | max |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| pass | n | d | causal | tvlab GFLOP/s | of SGEMM | PyTorch GFLOP/s | PyTorch time / tvlab time, median | min | max |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in shapes:
         n, d, causal, backward = s
         f = flops(*s)
         rs = ratios[s]
         print(f"| {'backward' if backward else 'forward'} | {n} | {d} | {'yes' if causal else 'no'} | "
-              f"{f / best[s][0] / 1e9:.1f} | {f / best[s][1] / 1e9:.1f} | {statistics.median(rs):.2f} | "
+              f"{f / best[s][0] / 1e9:.1f} | {100 * f / best[s][0] / 1e9 / sgemm_rate:.0f}% | {f / best[s][1] / 1e9:.1f} | "
+              f"{statistics.median(rs):.2f} | "
               f"{min(rs):.2f} | {max(rs):.2f} |")
 
 
