@@ -13,8 +13,9 @@
 #   tests/NN_topic/*.cpp              helpers of the tests (oracles)
 #   tests/NN_topic/cli_test.sh        the chapter's command end to end
 #   exercises/NN_topic/solution.cpp   the worked exercises (collected in exercises/CMakeLists.txt)
-#   chapters/NN_topic/chapter.cmake   optional: anything else the chapter builds (a program that
-#                                     needs an optional package, its tests), included last, inside
+#   chapters/NN_topic/chapter.cmake   optional: anything else the chapter builds or sets (a program
+#                                     that needs an optional package and its tests; properties of its
+#                                     own sources in the libraries, by TARGET_DIRECTORY), included last, inside
 #                                     this function: it sees the variables chapter ("09_mixture_of_experts"),
 #                                     number ("09"), label ("ch09"), src (the chapter's folder) and
 #                                     tests (its tests' folder), and the targets above
