@@ -19,6 +19,7 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "expert_parallel.hpp"
 #include "tvlab/core/error.hpp"
@@ -49,6 +50,18 @@ MoeWeights random_layer(Rng& rng, const Options& o) {
   for (std::size_t e = 0; e < o.experts; ++e) w.experts.push_back(random_expert(rng, o.d_model, o.d_ff));
   for (std::size_t s = 0; s < o.shared; ++s) w.shared.push_back(random_expert(rng, o.d_model, o.d_ff));
   return w;
+}
+
+// This rank's batch of tokens: every rank's batch (rows(q) tokens for rank q) drawn in rank order
+// from the same generator, so that all ranks agree on all batches and keep their own.
+template <class Rows>
+Tensor2 own_batch(Rng& rng, std::size_t ranks, std::size_t me, std::size_t d_model, const Rows& rows) {
+  Tensor2 x;
+  for (std::size_t q = 0; q < ranks; ++q) {
+    Tensor2 batch = rng.normal_matrix(rows(q), d_model);
+    if (q == me) x = std::move(batch);
+  }
+  return x;
 }
 
 // Rank 0 gets every rank's values, rank order.
@@ -109,12 +122,8 @@ int run_check(MPI_Comm comm, int rank, int ranks, Options o) {
   const std::size_t R = static_cast<std::size_t>(ranks), me = static_cast<std::size_t>(rank);
   Rng rng(o.seed);
   const MoeWeights w = random_layer(rng, o);
-  // every rank's batch, drawn in rank order (uneven sizes: tokens + 3 rank), so that all agree
-  Tensor2 x;
-  for (std::size_t q = 0; q < R; ++q) {
-    Tensor2 batch = rng.normal_matrix(o.tokens + 3 * q, o.d_model);
-    if (q == me) x = batch;
-  }
+  // uneven sizes on purpose: tokens + 3 rank
+  const Tensor2 x = own_batch(rng, R, me, o.d_model, [&](std::size_t q) { return o.tokens + 3 * q; });
   const mpi::ExpertShard shard = mpi::shard_of(w, me, R);
   ref::RouterConfig rc;
   rc.num_experts = o.experts;
@@ -174,11 +183,7 @@ int run_step(MPI_Comm comm, int rank, int ranks, Options o) {
   const std::size_t R = static_cast<std::size_t>(ranks), me = static_cast<std::size_t>(rank);
   Rng rng(o.seed);
   const MoeWeights w = random_layer(rng, o);
-  Tensor2 x;
-  for (std::size_t q = 0; q < R; ++q) {
-    Tensor2 batch = rng.normal_matrix(o.tokens, o.d_model);
-    if (q == me) x = batch;
-  }
+  const Tensor2 x = own_batch(rng, R, me, o.d_model, [&](std::size_t) { return o.tokens; });
   ref::RouterConfig rc;
   rc.num_experts = o.experts;
   rc.top_k = o.top_k;

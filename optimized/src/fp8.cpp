@@ -76,6 +76,17 @@ __m512 decode16(__m128i codes, ref::Fp8Format format, const Layout& f) {
 }
 #endif
 
+// work(begin, end) over [0, n) in pieces of kChunk values, the pieces shared among the threads.
+template <class Work>
+void for_each_chunk(std::size_t n, const Work& work) {
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t c = 0; c < static_cast<std::ptrdiff_t>(chunks); ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
+    work(begin, std::min(n, begin + kChunk));
+  }
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> fp8_encode(const Tensor1& x, ref::Fp8Format format, ref::Overflow overflow) {
@@ -83,18 +94,14 @@ std::vector<std::uint8_t> fp8_encode(const Tensor1& x, ref::Fp8Format format, re
   const Layout f = layout(format);
   const int overflow_code = overflow == ref::Overflow::saturate ? f.max_code : f.no_saturate_code;
   std::vector<std::uint8_t> codes(x.size());
-  const std::size_t n = x.size(), chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t c = 0; c < static_cast<std::ptrdiff_t>(chunks); ++c) {
-    const std::size_t begin = static_cast<std::size_t>(c) * kChunk, end = std::min(n, begin + kChunk);
-    std::size_t i = begin;
+  for_each_chunk(x.size(), [&](std::size_t i, std::size_t end) {
 #if defined(__AVX512F__)
     for (; i + 16 <= end; i += 16)
       _mm_storeu_si128(reinterpret_cast<__m128i*>(codes.data() + i),
                        encode16(_mm512_loadu_si512(x.data() + i), f, overflow_code));
 #endif
     for (; i < end; ++i) codes[i] = ref::fp8_encode(x(i), format, overflow);  // the rest, one by one
-  }
+  });
   return codes;
 }
 
@@ -102,17 +109,13 @@ Tensor1 fp8_decode(const std::vector<std::uint8_t>& codes, ref::Fp8Format format
   require(!codes.empty(), "fp8_decode", "codes is empty");
   const Layout f = layout(format);
   Tensor1 y = Tensor1::from_shape({codes.size()});
-  const std::size_t n = codes.size(), chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t c = 0; c < static_cast<std::ptrdiff_t>(chunks); ++c) {
-    const std::size_t begin = static_cast<std::size_t>(c) * kChunk, end = std::min(n, begin + kChunk);
-    std::size_t i = begin;
+  for_each_chunk(codes.size(), [&](std::size_t i, std::size_t end) {
 #if defined(__AVX512F__)
     for (; i + 16 <= end; i += 16)
       _mm512_storeu_ps(y.data() + i, decode16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes.data() + i)), format, f));
 #endif
     for (; i < end; ++i) y(i) = ref::fp8_decode(codes[i], format);
-  }
+  });
   return y;
 }
 

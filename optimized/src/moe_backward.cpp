@@ -50,7 +50,8 @@ ref::MoeGrads moe_layer_backward(const Tensor2& x, const MoeWeights& w, const re
   ref::MoeGrads grads;
   for (std::size_t e = 0; e < num_experts + num_shared; ++e) {
     const SwigluWeights& we = weights_of(e);
-    ref::SwigluGrads z{xt::zeros<float>(we.w1.shape()), xt::zeros<float>(we.w2.shape()), xt::zeros<float>(we.w3.shape())};
+    // written whole by the expert's SGEMMs (beta 0); zeroed below only for an expert no token visits
+    ref::SwigluGrads z{Tensor2::from_shape(we.w1.shape()), Tensor2::from_shape(we.w2.shape()), Tensor2::from_shape(we.w3.shape())};
     (e < num_experts ? grads.experts : grads.shared).push_back(std::move(z));
   }
   std::vector<float> dx_rows(b.rows() * d_model), d_gate(r.size(), 0.0f);
@@ -68,9 +69,12 @@ ref::MoeGrads moe_layer_backward(const Tensor2& x, const MoeWeights& w, const re
 #pragma omp for schedule(dynamic, 1)
       for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(order.size()); ++i) {
         const std::size_t e = order[static_cast<std::size_t>(i)], begin = b.first[e], n = b.first[e + 1] - begin;
-        if (n == 0) continue;
-        const SwigluWeights& we = weights_of(e);
         ref::SwigluGrads& ge = e < num_experts ? grads.experts[e] : grads.shared[e - num_experts];
+        if (n == 0) {  // no token chose this expert: no gradient
+          ge.w1.fill(0.0f), ge.w2.fill(0.0f), ge.w3.fill(0.0f);
+          continue;
+        }
+        const SwigluWeights& we = weights_of(e);
         const std::size_t d_ff = we.w1.shape()[1];
         xr.resize(n * d_model), delta.resize(n * d_model);
         gather_rows(x, b, begin, begin + n, xr.data());

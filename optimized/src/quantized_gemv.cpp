@@ -219,12 +219,13 @@ struct KActivations {
       std::uint32_t bits = 0;
       for (std::size_t i = 0; i < 4; ++i) bits |= static_cast<std::uint32_t>(block[i]) << (8 * i);
       std::memcpy(&scales[b], &bits, 4);
-      for (std::size_t j = 0; j < kSubBlocks; ++j) {
-        int sum = 0;
-        for (std::size_t l = 0; l < kBlock; ++l) sum += static_cast<std::int8_t>(block[4 + kBlock * j + l]);
-        sub_sums[b * kSubBlocks + j] = static_cast<std::int16_t>(sum);
-        std::memcpy(codes.data() + b * kSuper + kBlock * j, block + 4 + kBlock * j, kBlock);
-      }
+      std::memcpy(codes.data() + b * kSuper, block + 4, kSuper);
+      // a sub-block's code sum from the block's own sums of 16 (bsums, little-endian int16)
+      const auto bsum = [&](std::size_t g) {
+        return static_cast<std::int16_t>(block[4 + kSuper + 2 * g] | (block[4 + kSuper + 2 * g + 1] << 8));
+      };
+      for (std::size_t j = 0; j < kSubBlocks; ++j)
+        sub_sums[b * kSubBlocks + j] = static_cast<std::int16_t>(bsum(2 * j) + bsum(2 * j + 1));
     }
   }
 };

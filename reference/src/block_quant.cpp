@@ -22,10 +22,11 @@ std::uint32_t load_u32(const std::uint8_t* in) {
          static_cast<std::uint32_t>(in[2]) << 16 | static_cast<std::uint32_t>(in[3]) << 24;
 }
 
-// The element of largest magnitude, with its sign (the first one on a tie).
-float signed_absmax(const float* x) {
+// The element of largest magnitude among x[0 .. n), with its sign (the first one on a tie; 0 when
+// all are 0).
+float signed_absmax(const float* x, std::size_t n = kBlock) {
   float amax = 0.0f, max = 0.0f;
-  for (std::size_t j = 0; j < kBlock; ++j)
+  for (std::size_t j = 0; j < n; ++j)
     if (amax < std::fabs(x[j])) {
       amax = std::fabs(x[j]);
       max = x[j];
@@ -173,13 +174,8 @@ float fit_scale_and_min(const float* x, const float* w, std::size_t n, int nmax,
 // sum w x^2 - S_xl^2 / S_ll: the grid with the largest S_xl^2 / S_ll wins. Returns s (0 for an
 // all-zero sub-block).
 float fit_symmetric_scale(const float* x, std::size_t n, int nmax, std::uint8_t* L) {
-  float amax = 0.0f, x_max = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      x_max = x[i];
-    }
-  if (amax < 1e-15f) {  // ggml's GROUP_MAX_EPS: all zero
+  const float x_max = signed_absmax(x, n);
+  if (std::fabs(x_max) < 1e-15f) {  // ggml's GROUP_MAX_EPS: all zero
     for (std::size_t i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
   }
@@ -220,13 +216,8 @@ float fit_symmetric_scale(const float* x, std::size_t n, int nmax, std::uint8_t*
 // S_xl'^2 S_ll > S_xl^2 S_ll' without dividing; at most 5 passes, stopping at one without a change.
 // Returns s = S_xl / S_ll (0 for an all-zero sub-block, whose codes are all 0, not nmax, as ggml's).
 float fit_symmetric_scale_by_descent(const float* x, std::size_t n, int nmax, std::uint8_t* L) {
-  float amax = 0.0f, x_max = 0.0f;
-  for (std::size_t i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      x_max = x[i];
-    }
-  if (amax < 1e-15f) {  // ggml's GROUP_MAX_EPS: all zero
+  const float x_max = signed_absmax(x, n);
+  if (std::fabs(x_max) < 1e-15f) {  // ggml's GROUP_MAX_EPS: all zero
     for (std::size_t i = 0; i < n; ++i) L[i] = 0;
     return 0.0f;
   }
@@ -433,14 +424,8 @@ void quantize_block_q3_k(const float* x, std::uint8_t* block) {
   float scales[kSubs];
   // Step 1: each sub-block's own symmetric fit with 3-bit codes in [-4, 3]; the scale of largest
   // magnitude (with its sign) sets the super-block scale
-  float max_scale = 0.0f, max_abs_scale = 0.0f;
-  for (std::size_t j = 0; j < kSubs; ++j) {
-    scales[j] = fit_symmetric_scale_by_descent(x + kSub * j, kSub, 4, L + kSub * j);
-    if (std::fabs(scales[j]) > max_abs_scale) {
-      max_abs_scale = std::fabs(scales[j]);
-      max_scale = scales[j];
-    }
-  }
+  for (std::size_t j = 0; j < kSubs; ++j) scales[j] = fit_symmetric_scale_by_descent(x + kSub * j, kSub, 4, L + kSub * j);
+  const float max_scale = signed_absmax(scales, kSubs);
   std::uint8_t* hmask = block;
   std::uint8_t* qs = block + 32;
   std::uint8_t* packed = block + 96;
@@ -535,14 +520,8 @@ void quantize_block_q6_k(const float* x, std::uint8_t* block) {
   float scales[kSubs];
   // Step 1: each sub-block's own symmetric fit with 6-bit codes in [-32, 31]; the scale of largest
   // magnitude (with its sign) sets the super-block scale
-  float max_scale = 0.0f, max_abs_scale = 0.0f;
-  for (std::size_t j = 0; j < kSubs; ++j) {
-    scales[j] = fit_symmetric_scale(x + kSub * j, kSub, 32, L + kSub * j);
-    if (std::fabs(scales[j]) > max_abs_scale) {
-      max_abs_scale = std::fabs(scales[j]);
-      max_scale = scales[j];
-    }
-  }
+  for (std::size_t j = 0; j < kSubs; ++j) scales[j] = fit_symmetric_scale(x + kSub * j, kSub, 32, L + kSub * j);
+  const float max_scale = signed_absmax(scales, kSubs), max_abs_scale = std::fabs(max_scale);
   std::uint8_t* ql = block;
   std::uint8_t* qh = block + 128;
   std::uint8_t* sub_scales = block + 192;

@@ -7,6 +7,7 @@
 
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/moe_capacity.hpp"
+#include "tvlab/ref/moe_router.hpp"
 
 namespace tvlab::ref {
 
@@ -21,14 +22,8 @@ Routing route_expert_choice(const Tensor2& logits, double capacity_factor) {
   require(capacity <= tokens, fn, "capacity_factor (", capacity_factor, ") gives a capacity of ", capacity,
           " tokens per expert, more than the ", tokens, " tokens");
   // S = softmax(z) over the experts, per token (largest logit subtracted: no overflow)
-  std::vector<std::vector<double>> s(tokens, std::vector<double>(num_experts));
-  for (std::size_t t = 0; t < tokens; ++t) {
-    double m = logits(t, 0);
-    for (std::size_t e = 1; e < num_experts; ++e) m = std::max(m, static_cast<double>(logits(t, e)));
-    double sum = 0.0;
-    for (std::size_t e = 0; e < num_experts; ++e) sum += s[t][e] = std::exp(logits(t, e) - m);
-    for (std::size_t e = 0; e < num_experts; ++e) s[t][e] /= sum;
-  }
+  std::vector<std::vector<double>> s(tokens);
+  for (std::size_t t = 0; t < tokens; ++t) softmax_row(logits, t, s[t]);
   // each expert e: the C tokens of largest S[t, e], ties to the lower token
   std::vector<std::vector<bool>> chosen(tokens, std::vector<bool>(num_experts, false));
   std::vector<std::size_t> order(tokens);

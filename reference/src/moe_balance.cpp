@@ -4,27 +4,15 @@
 #include <cmath>
 
 #include "tvlab/core/error.hpp"
+#include "tvlab/ref/moe_router.hpp"
 
 namespace tvlab::ref {
 namespace {
 
-void check_logits(const char* fn, const Tensor2& logits) { require_finite_logits(fn, logits); }
-
-// log sum_j exp(z_tj) and p_t = softmax(z_t), in double
-double token_softmax(const Tensor2& logits, std::size_t t, std::vector<double>& p) {
-  const std::size_t num_experts = logits.shape()[1];
-  p.resize(num_experts);
-  double m = logits(t, 0);
-  for (std::size_t e = 1; e < num_experts; ++e) m = std::max(m, static_cast<double>(logits(t, e)));
-  double sum = 0.0;
-  for (std::size_t e = 0; e < num_experts; ++e) sum += p[e] = std::exp(logits(t, e) - m);
-  for (std::size_t e = 0; e < num_experts; ++e) p[e] /= sum;
-  return m + std::log(sum);
-}
 
 std::vector<double> fractions_for(const char* fn, const Tensor2& logits, const Routing& r, std::size_t top_k, double alpha,
                                   AuxLossNorm norm) {
-  check_logits(fn, logits);
+  require_finite_logits(fn, logits);
   validate_routing(fn, r, logits.shape()[0], logits.shape()[1]);
   require_positive(fn, "top_k", top_k);
   require(std::isfinite(alpha), fn, "alpha (", alpha, ") must be finite");
@@ -39,12 +27,12 @@ std::vector<double> fractions_for(const char* fn, const Tensor2& logits, const R
 }  // namespace
 
 std::vector<double> mean_router_probability(const Tensor2& logits) {
-  check_logits("mean_router_probability", logits);
+  require_finite_logits("mean_router_probability", logits);
   const std::size_t n = logits.shape()[0], num_experts = logits.shape()[1];
   // P_i = (1/N) sum_t p_ti
   std::vector<double> mean(num_experts, 0.0), p;
   for (std::size_t t = 0; t < n; ++t) {
-    token_softmax(logits, t, p);
+    softmax_row(logits, t, p);
     for (std::size_t i = 0; i < num_experts; ++i) mean[i] += p[i];
   }
   for (double& v : mean) v /= static_cast<double>(n);
@@ -79,7 +67,7 @@ DTensor2 load_balancing_loss_grad(const Tensor2& logits, const Routing& r, std::
   std::vector<double> p;
   const double scale = alpha * static_cast<double>(num_experts) / static_cast<double>(n);
   for (std::size_t t = 0; t < n; ++t) {
-    token_softmax(logits, t, p);
+    softmax_row(logits, t, p);
     // dL/dz_tj = (alpha E / N) p_tj (f_j - sum_i f_i p_ti)   (f constant)
     double fp = 0.0;
     for (std::size_t i = 0; i < num_experts; ++i) fp += f[i] * p[i];
@@ -89,26 +77,26 @@ DTensor2 load_balancing_loss_grad(const Tensor2& logits, const Routing& r, std::
 }
 
 double router_z_loss(const Tensor2& logits) {
-  check_logits("router_z_loss", logits);
+  require_finite_logits("router_z_loss", logits);
   const std::size_t n = logits.shape()[0];
   // L_z = (1/N) sum_t (log sum_j exp z_tj)^2
   std::vector<double> p;
   double sum = 0.0;
   for (std::size_t t = 0; t < n; ++t) {
-    const double lse = token_softmax(logits, t, p);
+    const double lse = softmax_row(logits, t, p);
     sum += lse * lse;
   }
   return sum / static_cast<double>(n);
 }
 
 DTensor2 router_z_loss_grad(const Tensor2& logits) {
-  check_logits("router_z_loss_grad", logits);
+  require_finite_logits("router_z_loss_grad", logits);
   const std::size_t n = logits.shape()[0], num_experts = logits.shape()[1];
   DTensor2 grad = DTensor2::from_shape({n, num_experts});
   std::vector<double> p;
   for (std::size_t t = 0; t < n; ++t) {
     // dL_z/dz_tj = (2/N) lse_t p_tj
-    const double lse = token_softmax(logits, t, p);
+    const double lse = softmax_row(logits, t, p);
     for (std::size_t j = 0; j < num_experts; ++j) grad(t, j) = 2.0 / static_cast<double>(n) * lse * p[j];
   }
   return grad;

@@ -23,15 +23,25 @@ std::vector<double> token_scores(const Tensor2& logits, std::size_t t, const Rou
     for (double& v : z) v = 1.0 / (1.0 + std::exp(-v));
     return z;
   }
-  // softmax: subtract the largest logit so that no exponential overflows
-  const double m = *std::max_element(z.begin(), z.end());
-  double sum = 0.0;
-  for (double& v : z) sum += v = std::exp(v - m);
-  for (double& v : z) v /= sum;
+  softmax_in_place(z);
   return z;
 }
 
 }  // namespace
+
+double softmax_in_place(std::vector<double>& z) {
+  const double m = *std::max_element(z.begin(), z.end());
+  double sum = 0.0;
+  for (double& v : z) sum += v = std::exp(v - m);
+  for (double& v : z) v /= sum;
+  return m + std::log(sum);
+}
+
+double softmax_row(const Tensor2& logits, std::size_t t, std::vector<double>& p) {
+  const std::size_t num_experts = logits.shape()[1];
+  p.assign(logits.data() + t * num_experts, logits.data() + (t + 1) * num_experts);
+  return softmax_in_place(p);
+}
 
 void validate_router(const char* fn, const RouterConfig& cfg) {
   require(cfg.num_experts > 0, fn, "num_experts must be positive");

@@ -6,6 +6,7 @@
 
 #include "tvlab/core/error.hpp"
 #include "tvlab/ref/moe_capacity.hpp"
+#include "tvlab/ref/moe_router.hpp"
 
 namespace tvlab::ref {
 namespace {
@@ -13,15 +14,9 @@ namespace {
 // s = softmax(z) per token, in double, after the logits' checks
 std::vector<std::vector<double>> softmax_scores(const char* fn, const Tensor2& logits) {
   require_finite_logits(fn, logits);
-  const std::size_t n = logits.shape()[0], num_experts = logits.shape()[1];
-  std::vector<std::vector<double>> s(n, std::vector<double>(num_experts));
-  for (std::size_t t = 0; t < n; ++t) {
-    double m = logits(t, 0);
-    for (std::size_t e = 1; e < num_experts; ++e) m = std::max(m, static_cast<double>(logits(t, e)));
-    double sum = 0.0;
-    for (std::size_t e = 0; e < num_experts; ++e) sum += s[t][e] = std::exp(logits(t, e) - m);
-    for (std::size_t e = 0; e < num_experts; ++e) s[t][e] /= sum;
-  }
+  const std::size_t n = logits.shape()[0];
+  std::vector<std::vector<double>> s(n);
+  for (std::size_t t = 0; t < n; ++t) softmax_row(logits, t, s[t]);
   return s;
 }
 

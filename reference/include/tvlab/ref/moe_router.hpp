@@ -59,6 +59,16 @@ struct RouterConfig {
 void validate_router(const char* function, const RouterConfig& cfg);
 
 /// @ingroup ch09
+/// z replaced by softmax(z), in double, the largest value subtracted first so that no exponential
+/// overflows; returns \f$ \log \sum_j e^{z_j} \f$. No checks: every router checks its logits first.
+double softmax_in_place(std::vector<double>& z);
+
+/// @ingroup ch09
+/// Row t of logits `[tokens, E]` through `softmax_in_place`: p = softmax of the row; returns its
+/// log-sum-exp.
+double softmax_row(const Tensor2& logits, std::size_t t, std::vector<double>& p);
+
+/// @ingroup ch09
 /// The scores s `[tokens, E]` of step 2 (after clipping and temperature). Errors: those of
 /// `route_top_k`.
 Tensor2 router_scores(const Tensor2& logits, const RouterConfig& cfg);
