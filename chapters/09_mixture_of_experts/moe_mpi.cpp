@@ -316,7 +316,8 @@ int main(int argc, char** argv) {
   or_default(o.tokens, bench ? 4096 : step ? 3 : 37);
   or_default(o.d_model, bench ? 1024 : step ? 4 : 48);
   or_default(o.d_ff, bench ? 2816 : step ? 8 : 80);
-  if (step && app.count("--experts") == 0) o.experts = 2 * static_cast<std::size_t>(ranks);
+  // two experts per rank, and at least k + 1 = 3 of them (4: one rank alone)
+  if (step && app.count("--experts") == 0) o.experts = std::max<std::size_t>(2 * static_cast<std::size_t>(ranks), 4);
   if (!bench && !step && app.count("--shared") == 0) o.shared = 1;
   // One rank per core at most: each rank gets cores / R OpenMP threads (OMP_NUM_THREADS overrides).
   if (std::getenv("OMP_NUM_THREADS") == nullptr)

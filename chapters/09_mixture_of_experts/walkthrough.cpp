@@ -33,7 +33,10 @@ struct Options : StandardOptions {
 // --ranks N: the dispatch and combine of expert parallelism step by step, by moe_mpi under mpirun
 // (built where MPI was found; `tvlab` itself does not link MPI).
 int run_ranks(const Options& o) {
-  require(o.ranks >= 1, TVLAB_CHAPTER_NAME, "--ranks (", o.ranks, ") must be at least 1");
+  // processes on this machine: more than a few only shows the oversubscription
+  constexpr int kMaxRanks = 16;
+  require(o.ranks >= 1 && o.ranks <= kMaxRanks, TVLAB_CHAPTER_NAME, "--ranks (", o.ranks, ") must be in 1..", kMaxRanks,
+          " (the ranks run on this machine)");
   require(o.max_ranks >= 0 && o.max_ranks <= o.ranks, TVLAB_CHAPTER_NAME, "--max-ranks (", o.max_ranks,
           ") must be 0 (no limit) or in 1..--ranks (", o.ranks, ")");
 #if defined(TVLAB_MOE_MPI) && defined(TVLAB_MPIEXEC)
@@ -465,7 +468,8 @@ Chapter TVLAB_CHAPTER_ENTRY() {
     sub.option("--top-k", o->top_k, "experts per token k");
     sub.option("--shared", o->shared, "shared experts, which every token passes through");
     sub.option("--ranks", o->ranks,
-               "expert parallelism: run moe_mpi --step on this many MPI ranks (dispatch and combine step by step)", ShowDefault::no);
+               "expert parallelism: run moe_mpi --step on this many MPI ranks, 1 to 16 (dispatch and combine step by step)",
+               ShowDefault::no);
     sub.option("--max-ranks", o->max_ranks, "with --ranks: each token's experts on at most this many ranks (0: no limit)",
                ShowDefault::no);
     sub.option("--model", o->model, "the parameter calculator: a built-in MoE model (list: the names)");

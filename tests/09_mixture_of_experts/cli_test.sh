@@ -35,9 +35,12 @@ if [ -x "$(dirname "$tvlab")/moe_mpi" ]; then
   check "moe --ranks 2: dispatch and combine under mpirun" 0 "" -- \
     env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$tvlab" moe --ranks 2
   grep -q "4. combine" "$tmp/out" && pass "--ranks prints the combine step" || fail "--ranks does not print the combine step"
+  check "moe --ranks 1: one rank keeps every token" 0 "" -- \
+    env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$tvlab" moe --ranks 1
 else
   check "moe --ranks without MPI names what is missing" 2 "moe_mpi" -- "$tvlab" moe --ranks 2
 fi
 check "moe --max-ranks above --ranks names the option" 2 "--max-ranks (3)" -- "$tvlab" moe --ranks 2 --max-ranks 3
+check "moe --ranks beyond this machine names the option" 2 "--ranks (17)" -- "$tvlab" moe --ranks 17
 
 [ "$failures" -eq 0 ]
