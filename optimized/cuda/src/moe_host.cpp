@@ -65,6 +65,18 @@ Tensor2 moe_experts(const Tensor2& x, const MoeWeights& w, const Routing& r) {
   return result;
 }
 
+Tensor2 moe_layer(const Tensor2& x, const MoeWeights& w, const ref::RouterConfig& cfg, const std::vector<float>& bias) {
+  validate_moe("moe_layer", x, w);
+  require(cfg.num_experts == w.experts.size(), "moe_layer", "cfg.num_experts (", cfg.num_experts,
+          ") is not the number of experts (", w.experts.size(), ")");
+  const std::size_t tokens = x.shape()[0], d_model = x.shape()[1], num_experts = w.experts.size();
+  DeviceBuffer<float> dx(x.data(), x.size()), router(w.router.data(), w.router.size()), d_logits(tokens * num_experts);
+  device::sgemm(tokens, num_experts, d_model, dx.get(), router.get(), false, d_logits.get());
+  Tensor2 logits = Tensor2::from_shape({tokens, num_experts});
+  d_logits.download(logits.data());
+  return cuda::moe_experts(x, w, cuda::route_top_k(logits, cfg, bias));
+}
+
 Routing route_top_k(const Tensor2& logits, const ref::RouterConfig& cfg, const std::vector<float>& bias) {
   const char* fn = "route_top_k";
   ref::validate_router(fn, cfg);

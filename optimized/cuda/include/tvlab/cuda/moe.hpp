@@ -21,6 +21,11 @@ namespace tvlab::cuda {
 Tensor2 moe_experts(const Tensor2& x, const MoeWeights& w, const Routing& r);
 
 /// @ingroup ch09
+/// `ref::moe_layer` on the device: the router's logits \f$ x W_g \f$ by cuBLAS, `route_top_k` and
+/// `moe_experts` below. Same contract and errors (checked on the host before any device call).
+Tensor2 moe_layer(const Tensor2& x, const MoeWeights& w, const ref::RouterConfig& cfg, const std::vector<float>& bias);
+
+/// @ingroup ch09
 /// `ref::route_top_k` on the device, in double: the same experts and gates (to float rounding).
 /// Errors: the reference's, more than 1024 experts or 64 groups. One warp per token, the experts
 /// spread over its lanes, the maxima and sums by shuffles.
