@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
+#include <numeric>
 #include <vector>
 
 #include "tvlab/core/error.hpp"
@@ -223,6 +225,117 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
       const float inv_l = seen ? 1.0f / l[r] : 0.0f;
       for (std::size_t e = 0; e < d_v; ++e) out[e] = o[r * dv_pad + e] * inv_l;
       result.lse(h, r0 + r) = seen ? m[r] + std::log(l[r]) : neg_inf;
+    }
+  }
+  result.tiles_computed = computed;
+  result.tiles_skipped = skipped;
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------- v3
+
+FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v, const FlashConfig& cfg) {
+  using detail::kTileCols;
+  const double scale = validate_flash("flash_attention_forward", q, k, v, cfg);
+  require_fp32_flash("flash_attention_forward", cfg);
+  require_supported("flash_attention_forward", cfg.mask, kFlashMaskSupport);
+  const FlashDims dims(q, k, v, cfg);
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  constexpr std::size_t kRows = 6;  // query rows per micro-kernel block: 6 x kVectors accumulators
+
+  // Each key tile is worked in steps of `step` keys whose packed K^T ([d, step] floats) fills at
+  // most 32 KiB, half of a 48 KiB L1 data cache: 128 keys at d = 64, 64 at d = 128. The score
+  // micro-kernel then finds K^T in L1 for every block of 6 query rows, and the P V kernel finds V.
+  constexpr std::size_t kL1Floats = 8192;
+  const std::size_t bc_pad = round_up(bc, kTileCols), dv_pad = round_up(d_v, kTileCols);
+  const std::size_t step = std::clamp(kL1Floats / d / kTileCols * kTileCols, kTileCols, bc_pad);
+  const std::size_t steps = (bc + step - 1) / step;  // per key tile
+
+  // Packed once per call: K^T per (head, key tile, step), [d, step] with zeros in the padding;
+  // V per key tile, [bc, dv_pad] (a step's rows are a contiguous slice of it).
+  const std::size_t kt_step = d * step, v_tile = bc * dv_pad;
+  std::vector<float> kt(heads * k_tiles * steps * kt_step, 0.0f), vp(heads * k_tiles * v_tile, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
+    const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
+    const std::size_t cols = std::min(bc, seq_k - c0);
+    for (std::size_t c = 0; c < cols; ++c) {
+      const float* krow = k.data() + (h * seq_k + c0 + c) * d;
+      float* kt_column = kt.data() + (static_cast<std::size_t>(t) * steps + c / step) * kt_step + c % step;
+      for (std::size_t e = 0; e < d; ++e) kt_column[e * step] = krow[e];
+      const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
+      std::copy(vrow, vrow + d_v, vp.data() + static_cast<std::size_t>(t) * v_tile + c * dv_pad);
+    }
+  }
+
+  FlashOutput result{Tensor3::from_shape({heads, seq_q, d_v}), Tensor2::from_shape({heads, seq_q}), 0, 0};
+  const int threads = omp_get_max_threads();
+  // Per thread: Q's rows times scale log2 e [br, d], the score tile [br, step], the accumulator
+  // O~ [br, dv_pad], per row the tile's max, the running max m and kLanes partial sums of l.
+  const std::size_t per_thread = br * d + br * step + br * dv_pad + br * (2 + detail::kLanes);
+  std::vector<float> scratch(static_cast<std::size_t>(threads) * per_thread);
+  // e^{scale q.k} = 2^{(scale log2 e q).k}: the scale and the change of base ride on Q, once.
+  const auto q_factor = static_cast<float>(scale * std::numbers::log2e);
+  std::size_t computed = 0, skipped = 0;
+
+#pragma omp parallel for schedule(dynamic) num_threads(threads) reduction(+ : computed, skipped)
+  for (std::ptrdiff_t task = 0; task < static_cast<std::ptrdiff_t>(heads * q_tiles); ++task) {
+    const std::size_t h = static_cast<std::size_t>(task) / q_tiles, r0 = (static_cast<std::size_t>(task) % q_tiles) * br;
+    const std::size_t rows = std::min(br, seq_q - r0);
+    float* q_rows = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* s = q_rows + br * d;
+    float* o = s + br * step;
+    float* row_max = o + br * dv_pad;
+    float* m = row_max + br;
+    float* l_lanes = m + br;
+    const float* q_tile = q.data() + (h * seq_q + r0) * d;
+    for (std::size_t x = 0; x < rows * d; ++x) q_rows[x] = q_factor * q_tile[x];
+    std::fill(o, o + rows * dv_pad, 0.0f);
+    std::fill(m, m + rows, neg_inf);
+    std::fill(l_lanes, l_lanes + rows * detail::kLanes, 0.0f);
+
+    // Only the key tiles the causal rule and the window leave to some row of this query tile.
+    const TileSpan span = key_tiles_of(cfg.mask, dims, r0, rows);
+    skipped += k_tiles - (span.end - span.first);
+    for (std::size_t j = span.first; j < span.end; ++j) {
+      ++computed;
+      const std::size_t tile_cols = std::min(bc, seq_k - j * bc);
+      for (std::size_t first = 0; first < tile_cols; first += step) {
+        const std::size_t c0 = j * bc + first, cols = std::min(step, tile_cols - first);
+        const std::size_t width = round_up(cols, kTileCols);
+        // S = Q' K^T (6-row micro-kernel) with each row's max on the way out.
+        detail::score_tile<kRows>(q_rows, d, kt.data() + ((h * k_tiles + j) * steps + first / step) * kt_step, step, s,
+                                  step, rows, width, 1.0f, row_max);
+        for (std::size_t r = 0; r < rows; ++r) {
+          float* srow = s + r * step;
+          const IndexRange visible = visible_columns(cfg.mask, dims, r0 + r, c0, cols);
+          if (visible.empty()) {  // the mask hides the whole step from this row: P row = 0
+            std::fill(srow, srow + width, 0.0f);
+            continue;
+          }
+          if (visible.begin > 0 || visible.end < width) {  // hidden or padding columns: -inf, max again
+            std::fill(srow, srow + visible.begin, neg_inf);
+            std::fill(srow + visible.end, srow + width, neg_inf);
+            row_max[r] = *std::max_element(srow + visible.begin, srow + visible.end);
+          }
+          detail::online_softmax_row_base2(srow, width, row_max[r], m[r], l_lanes + r * detail::kLanes, o + r * dv_pad,
+                                           dv_pad);
+        }
+        // O~ += P~ V (6-row micro-kernel).
+        detail::accumulate_pv<kRows>(s, step, vp.data() + (h * k_tiles + j) * v_tile + first * dv_pad, dv_pad, o, rows,
+                                     cols);
+      }
+    }
+    // O = O~ / l, L = (m + log2 l) ln 2 (back to base e); a row that saw no key: O = 0, L = -inf.
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* out = result.out.data() + (h * seq_q + r0 + r) * d_v;
+      const float* lanes = l_lanes + r * detail::kLanes;
+      const float l = std::accumulate(lanes, lanes + detail::kLanes, 0.0f);
+      const bool seen = l > 0.0f;
+      const float inv_l = seen ? 1.0f / l : 0.0f;
+      for (std::size_t e = 0; e < d_v; ++e) out[e] = o[r * dv_pad + e] * inv_l;
+      result.lse(h, r0 + r) = seen ? static_cast<float>((m[r] + std::log2(l)) * std::numbers::ln2) : neg_inf;
     }
   }
   result.tiles_computed = computed;
@@ -542,6 +655,9 @@ const std::vector<FlashVariant>& flash_variants() {
       {"v2", "register-blocked SIMD micro-kernels for S = Q K^T and O += P V on K^T and V packed once per tile, "
              "vectorised online softmax",
        flash_attention_forward_v2},
+      {"v3", "6-row micro-kernels with the row max kept on the way out, key steps sized to L1, a polynomial 2^x on "
+             "scores in base 2 (Q times scale log2 e), the output rescaled only when the max grows",
+       flash_attention_forward_v3},
   };
   return variants;
 }

@@ -6,10 +6,16 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+
+#include "fast_exp.hpp"
 
 namespace tvlab::opt::detail {
 
@@ -40,91 +46,102 @@ inline void prefetch_line(const void* address) {
   __builtin_prefetch(address, 0, kIntoL2);
 }
 
+/// The largest lane of a register.
+inline float max_of_lanes(FloatBatch x) {
+#if defined(__AVX512F__)
+  if constexpr (kLanes == 16) return _mm512_reduce_max_ps(x);
+#endif
+  alignas(64) float lanes[kLanes];
+  x.store_aligned(lanes);
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
+/// Rows [r, r + kRows) of score_tile: a kRows x kVectors-register block of accumulators per
+/// kTileCols columns; each e loads kVectors registers of Kt and broadcasts kRows elements of Q.
+/// With `row_max`, also row_max[r + i] = max_c S[r + i][c] over the cols_padded columns.
+template <std::size_t kRows>
+inline void score_rows(const float* q, std::size_t d, const float* kt, std::size_t ldk, float* s, std::size_t lds,
+                       std::size_t r, std::size_t cols_padded, float scale, float* row_max) {
+  FloatBatch running_max[kRows];
+  for (std::size_t i = 0; i < kRows; ++i) running_max[i] = FloatBatch(-std::numeric_limits<float>::infinity());
+  for (std::size_t c = 0; c < cols_padded; c += kTileCols) {
+    FloatBatch acc[kRows][kVectors] = {};
+    for (std::size_t e = 0; e < d; ++e) {
+      FloatBatch b[kVectors];
+      for (std::size_t x = 0; x < kVectors; ++x) {
+        b[x] = FloatBatch::load_unaligned(kt + e * ldk + c + x * kLanes);
+        if constexpr (kRows > 1) keep_in_register(b[x]);
+      }
+      for (std::size_t i = 0; i < kRows; ++i) {
+        const FloatBatch a(q[(r + i) * d + e]);
+        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = xsimd::fma(a, b[x], acc[i][x]);
+      }
+    }
+    for (std::size_t i = 0; i < kRows; ++i)
+      for (std::size_t x = 0; x < kVectors; ++x) {
+        if (scale != 1.0f) acc[i][x] *= FloatBatch(scale);
+        acc[i][x].store_unaligned(s + (r + i) * lds + c + x * kLanes);
+        if (row_max != nullptr) running_max[i] = xsimd::max(running_max[i], acc[i][x]);
+      }
+  }
+  if (row_max != nullptr)
+    for (std::size_t i = 0; i < kRows; ++i) row_max[r + i] = max_of_lanes(running_max[i]);
+}
+
 /// S[r][c] = scale * sum_e Q[r][e] Kt[e][c] for r < rows, c < cols_padded (a multiple of
 /// kTileCols). Q is row-major `[rows, d]`; Kt is K transposed, `[d, ldk]`; S is `[rows, lds]`.
-/// Four query rows at a time share every load of Kt.
+/// kRows query rows at a time share every load of Kt (4 in v2; v3's 6 x 4 registers load Kt
+/// two-thirds as often per FMA); the last rows % kRows rows go one at a time. With `row_max`
+/// (`[rows]`), each row's largest score is kept on the way out of the registers.
+template <std::size_t kRows = 4>
 inline void score_tile(const float* q, std::size_t d, const float* kt, std::size_t ldk, float* s, std::size_t lds,
-                       std::size_t rows, std::size_t cols_padded, float scale) {
+                       std::size_t rows, std::size_t cols_padded, float scale, float* row_max = nullptr) {
   std::size_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    for (std::size_t c = 0; c < cols_padded; c += kTileCols) {
-      FloatBatch acc[4][kVectors] = {};
-      for (std::size_t e = 0; e < d; ++e) {
-        FloatBatch b[kVectors];
-        for (std::size_t x = 0; x < kVectors; ++x) {
-          b[x] = FloatBatch::load_unaligned(kt + e * ldk + c + x * kLanes);
-          keep_in_register(b[x]);
-        }
-        for (std::size_t i = 0; i < 4; ++i) {
-          const FloatBatch a(q[(r + i) * d + e]);
-          for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = xsimd::fma(a, b[x], acc[i][x]);
-        }
+  for (; r + kRows <= rows; r += kRows) score_rows<kRows>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max);
+  for (; r < rows; ++r) score_rows<1>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max);
+}
+
+/// Rows [r, r + kRows) of accumulate_pv (see there).
+template <std::size_t kRows>
+inline void accumulate_pv_rows(const float* p, std::size_t lds, const float* v, std::size_t ldv, float* o, std::size_t r,
+                               std::size_t cols, std::size_t ldo, const float* v_ahead) {
+  for (std::size_t e = 0; e < ldo; e += kTileCols) {
+    FloatBatch acc[kRows][kVectors];
+    for (std::size_t i = 0; i < kRows; ++i)
+      for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = FloatBatch::load_unaligned(o + (r + i) * ldo + e + x * kLanes);
+    for (std::size_t c = 0; c < cols; ++c) {
+      FloatBatch b[kVectors];
+      for (std::size_t x = 0; x < kVectors; ++x) {
+        b[x] = FloatBatch::load_unaligned(v + c * ldv + e + x * kLanes);
+        if constexpr (kRows > 1) keep_in_register(b[x]);
+        // The rows ahead are asked for once, by the first block of rows.
+        if (v_ahead != nullptr && r == 0) prefetch_line(v_ahead + c * ldv + e + x * kLanes);
       }
-      for (std::size_t i = 0; i < 4; ++i)
-        for (std::size_t x = 0; x < kVectors; ++x)
-          (acc[i][x] * FloatBatch(scale)).store_unaligned(s + (r + i) * lds + c + x * kLanes);
-    }
-  for (; r < rows; ++r)  // the last rows % 4 rows, one at a time
-    for (std::size_t c = 0; c < cols_padded; c += kTileCols) {
-      FloatBatch acc[kVectors] = {};
-      for (std::size_t e = 0; e < d; ++e) {
-        const FloatBatch a(q[r * d + e]);
-        for (std::size_t x = 0; x < kVectors; ++x)
-          acc[x] = xsimd::fma(a, FloatBatch::load_unaligned(kt + e * ldk + c + x * kLanes), acc[x]);
+      for (std::size_t i = 0; i < kRows; ++i) {
+        const FloatBatch a(p[(r + i) * lds + c]);
+        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = xsimd::fma(a, b[x], acc[i][x]);
       }
-      for (std::size_t x = 0; x < kVectors; ++x) (acc[x] * FloatBatch(scale)).store_unaligned(s + r * lds + c + x * kLanes);
     }
+    for (std::size_t i = 0; i < kRows; ++i)
+      for (std::size_t x = 0; x < kVectors; ++x) acc[i][x].store_unaligned(o + (r + i) * ldo + e + x * kLanes);
+  }
 }
 
 /// O[r][e] += sum_c P[r][c] V[c][e] for r < rows, c < cols, e < ldo (a multiple of kTileCols).
 /// P is `[rows, lds]`, V `[cols, ldv]` with ldv >= ldo, O `[rows, ldo]`; ldo = 0 means ldv (V's
-/// rows as wide as O's).
+/// rows as wide as O's). kRows rows of P at a time share every load of V (as in score_tile).
 ///
 /// `v_ahead` (optional) lays out rows still to come like V (row c at `v_ahead + c ldv`): each
 /// register loaded from row c of V asks for the same 64 bytes of row c of `v_ahead` (a software
 /// prefetch into L2), so that a caller streaming V from memory has the rows it will need next
 /// arriving while these are multiplied (chapter 05's decode).
+template <std::size_t kRows = 4>
 inline void accumulate_pv(const float* p, std::size_t lds, const float* v, std::size_t ldv, float* o, std::size_t rows,
                           std::size_t cols, std::size_t ldo = 0, const float* v_ahead = nullptr) {
   if (ldo == 0) ldo = ldv;
-  // The rows ahead are asked for once, by the first block of rows.
-  const auto prefetch = [&](std::size_t r, std::size_t c, std::size_t e) {
-    if (v_ahead != nullptr && r == 0) prefetch_line(v_ahead + c * ldv + e);
-  };
   std::size_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    for (std::size_t e = 0; e < ldo; e += kTileCols) {
-      FloatBatch acc[4][kVectors];
-      for (std::size_t i = 0; i < 4; ++i)
-        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = FloatBatch::load_unaligned(o + (r + i) * ldo + e + x * kLanes);
-      for (std::size_t c = 0; c < cols; ++c) {
-        FloatBatch b[kVectors];
-        for (std::size_t x = 0; x < kVectors; ++x) {
-          b[x] = FloatBatch::load_unaligned(v + c * ldv + e + x * kLanes);
-          keep_in_register(b[x]);
-          prefetch(r, c, e + x * kLanes);
-        }
-        for (std::size_t i = 0; i < 4; ++i) {
-          const FloatBatch a(p[(r + i) * lds + c]);
-          for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = xsimd::fma(a, b[x], acc[i][x]);
-        }
-      }
-      for (std::size_t i = 0; i < 4; ++i)
-        for (std::size_t x = 0; x < kVectors; ++x) acc[i][x].store_unaligned(o + (r + i) * ldo + e + x * kLanes);
-    }
-  for (; r < rows; ++r)
-    for (std::size_t e = 0; e < ldo; e += kTileCols) {
-      FloatBatch acc[kVectors];
-      for (std::size_t x = 0; x < kVectors; ++x) acc[x] = FloatBatch::load_unaligned(o + r * ldo + e + x * kLanes);
-      for (std::size_t c = 0; c < cols; ++c) {
-        const FloatBatch a(p[r * lds + c]);
-        for (std::size_t x = 0; x < kVectors; ++x) {
-          acc[x] = xsimd::fma(a, FloatBatch::load_unaligned(v + c * ldv + e + x * kLanes), acc[x]);
-          prefetch(r, c, e + x * kLanes);
-        }
-      }
-      for (std::size_t x = 0; x < kVectors; ++x) acc[x].store_unaligned(o + r * ldo + e + x * kLanes);
-    }
+  for (; r + kRows <= rows; r += kRows) accumulate_pv_rows<kRows>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
+  for (; r < rows; ++r) accumulate_pv_rows<1>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
 }
 
 /// The online softmax's step on one row of a score tile, srow[0, width) (width a multiple of
@@ -157,6 +174,39 @@ inline void online_softmax_row(float* srow, std::size_t width, float& m, float& 
   m = m_new;
 #pragma omp simd
   for (std::size_t e = 0; e < o_width; ++e) orow[e] *= correction;
+}
+
+/// Flash attention v3's online softmax step on one row of a score tile, in base 2: the scores
+/// are \f$ S \log_2 e \f$ (Q was multiplied by scale log2 e), so \f$ e^{S - m} = 2^{x - m} \f$ with
+/// x the stored score, computed by fast_exp2. `row_max` is the largest of srow[0, width) (hidden
+/// and padding entries -inf), kept by score_tile; the row sum l is a register of partial sums
+/// (`l_lanes`, kLanes floats) added lane by lane, reduced once at the end of the row's keys:
+/// m' = max(m, row_max); l' = 2^{m - m'} l + P~; P~ = 2^{x - m'} in place. The output row is
+/// rescaled only when the max grew (most tiles after the first few leave it unchanged). A row that
+/// has seen no key yet and sees none here keeps m = -inf and gets P~ = 0.
+inline void online_softmax_row_base2(float* srow, std::size_t width, float row_max, float& m, float* l_lanes, float* orow,
+                                     std::size_t o_width) {
+  constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  const float m_new = std::max(m, row_max);
+  if (m_new == neg_inf) {  // nothing attended yet, nothing to add
+    std::fill(srow, srow + width, 0.0f);
+    return;
+  }
+  FloatBatch l = FloatBatch::load_unaligned(l_lanes);
+  if (m_new > m && m != neg_inf) {  // (with m = -inf, l and the output row are still 0)
+    const float correction = std::exp2(m - m_new);
+    l *= FloatBatch(correction);
+#pragma omp simd
+    for (std::size_t e = 0; e < o_width; ++e) orow[e] *= correction;
+  }
+  m = m_new;
+  const FloatBatch vm(m_new);
+  for (std::size_t c = 0; c < width; c += kLanes) {
+    const FloatBatch p = fast_exp2(FloatBatch::load_unaligned(srow + c) - vm);
+    p.store_unaligned(srow + c);
+    l += p;
+  }
+  l.store_unaligned(l_lanes);
 }
 
 }  // namespace tvlab::opt::detail

@@ -41,6 +41,19 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
                                        const FlashConfig& cfg = {});
 
 /// @ingroup ch04
+/// Version 3: v2's structure with five changes that each remove work the hardware was waiting on.
+/// The micro-kernels keep 6 rows x 4 registers of accumulators (24 of AVX-512's 32 registers), so
+/// each load of \f$ K^\top \f$ or V feeds 6 FMAs instead of 4. Each key tile is worked in steps
+/// whose packed \f$ K^\top \f$ fits half of L1 (128 keys at d = 64, 64 at d = 128). The score
+/// kernel keeps each row's maximum on its way out of the registers (no separate max pass). Q is
+/// multiplied once by \f$ \text{scale} \cdot \log_2 e \f$, so the weights are
+/// \f$ 2^{x - m} \f$ and come from a degree-5 polynomial (`fast_exp2`, relative error below
+/// `kFastExp2MaxRelativeError`, 4e-7, against xsimd's 1-ulp exp). The output row is rescaled
+/// only when its maximum grows, and l is kept as a register of partial sums. Extra memory: v2's.
+FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v,
+                                       const FlashConfig& cfg = {});
+
+/// @ingroup ch04
 /// The backward pass v1 on the CPU, same contract as `ref::flash_attention_backward`: \f$ P \f$ is
 /// recomputed tile by tile from the saved log-sum-exp, in float. Two parallel passes avoid
 /// write conflicts without atomics: threads over (head, key tile) accumulate \f$ dK_j, dV_j \f$,
