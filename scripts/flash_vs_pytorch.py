@@ -2,7 +2,7 @@
 """Chapter 04's flash attention against PyTorch's CPU flash attention, side by side.
 
 For every shape, tvlab's benchmark (bench_04_flash_attention: the forward pass's last version,
-opt_v2, and the backward pass's, opt_backward_v3) and PyTorch's
+opt_v3, and the backward pass's, opt_backward_v4) and PyTorch's
 torch.nn.functional.scaled_dot_product_attention on the same [1, 8, n, d] float32 inputs (which
 runs ATen's CPU flash kernel) are timed one after the other, round after round, so that both see
 the same machine state; each round gives a paired ratio, and the table reports the median and the
@@ -36,8 +36,8 @@ def flops(n, d, causal, backward):
 
 def tvlab_name(n, d, causal, backward):
     if backward:
-        return f"opt_backward_v3_flash_backward/n:{n}/d:{d}/causal:{int(causal)}/real_time"
-    return f"opt_v2_flash_forward/n:{n}/d:{d}/causal:{int(causal)}/real_time"
+        return f"opt_backward_v4_flash_backward/n:{n}/d:{d}/causal:{int(causal)}/real_time"
+    return f"opt_v3_flash_forward/n:{n}/d:{d}/causal:{int(causal)}/real_time"
 
 
 def run_tvlab(bench, names, min_time, threads):

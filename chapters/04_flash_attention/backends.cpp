@@ -39,7 +39,8 @@ const std::vector<Backend>& backends() {
     using Backward = decltype(&opt::flash_attention_backward_v1);
     const std::pair<const char*, Backward> backward_versions[] = {{"opt_backward_v1", opt::flash_attention_backward_v1},
                                                                    {"opt_backward_v2", opt::flash_attention_backward_v2},
-                                                                   {"opt_backward_v3", opt::flash_attention_backward_v3}};
+                                                                   {"opt_backward_v3", opt::flash_attention_backward_v3},
+                                                                   {"opt_backward_v4", opt::flash_attention_backward_v4}};
     for (const auto& [name, backward] : backward_versions)
       table.push_back({.name = name,
                        .kind = BackendKind::optimized,

@@ -227,10 +227,10 @@ void cuda_flash_backward_device(benchmark::State& state) {
 
 // ------------------------------------------------------------------ sizes
 
-// The forward pass: the reference loops once at two small sizes; the lesson's last version (v2)
-// over n = 512 ... 16384 and d = 64, 128, with and without the causal mask; v1 (float loops
-// without micro-kernels) at 1024 and 4096 causal; the headline `opt` (the last version under its
-// lesson name) at the lab's sizes; the host-tensor CUDA entries (copies included) at 1024 and 4096.
+// The forward pass: the reference loops once at two small sizes; the lesson's last version (v3)
+// over n = 512 ... 16384 and d = 64, 128, with and without the causal mask; v1 and v2 at 1024 and
+// 4096; the headline `opt` (the last version under its lesson name) at the lab's sizes; the
+// host-tensor CUDA entries (copies included) at 1024 and 4096.
 void forward_shapes(Benchmark* b, const Backend& backend) {
   b->ArgNames({"n", "d", "causal"});
   switch (backend.kind) {
@@ -239,23 +239,23 @@ void forward_shapes(Benchmark* b, const Backend& backend) {
     case BackendKind::cuda: b->ArgsProduct({{1024, 4096}, {64, 128}, {0, 1}}); return;
     case BackendKind::optimized: break;
   }
-  if (backend.name == "opt_v1")
-    b->Args({1024, 64, 1})->Args({4096, 64, 1});
+  if (backend.name == "opt_v3")  // the grid scripts/flash_vs_pytorch.py compares with PyTorch
+    b->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64, 128}, {0, 1}});
   else if (backend.name == "opt")
     b->ArgsProduct({{1024, 4096}, {64}, {0, 1}});
-  else  // the grid scripts/flash_vs_pytorch.py compares with PyTorch
-    b->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {64, 128}, {0, 1}});
+  else  // the earlier versions, next to it in the lesson's table
+    b->ArgsProduct({{1024, 4096}, {64, 128}, {0, 1}});
 }
 
 // The backward pass: the reference once at 512 causal; v1 (element-by-element dot products) at
-// 512; the others at 512 and 4096 causal, the last version (v3) over n = 512 ... 4096 and d = 64,
-// 128, with and without the mask.
+// 512; the others at 512 and 4096 causal, the last two versions (v3, v4) over n = 512 ... 4096 and
+// d = 64, 128, with and without the mask.
 void backward_shapes(Benchmark* b, const Backend& backend) {
   b->ArgNames({"n", "d", "causal"})->Args({512, 64, 1});
   if (backend.kind == BackendKind::reference) b->Iterations(1);
   if (backend.kind == BackendKind::cuda) b->ArgsProduct({{1024, 4096}, {64}, {0, 1}});
   if (backend.kind == BackendKind::optimized && backend.name != "opt_backward_v1") b->Args({4096, 64, 1});
-  if (backend.name == "opt_backward_v3")  // also the grid scripts/flash_vs_pytorch.py compares with PyTorch
+  if (backend.name == "opt_backward_v3" || backend.name == "opt_backward_v4")  // v4: the grid of flash_vs_pytorch.py
     b->Args({4096, 64, 0})->ArgsProduct({{1024, 2048}, {64, 128}, {0, 1}})->Args({512, 64, 0})->Args({512, 128, 0})
         ->Args({512, 128, 1})->Args({4096, 128, 0})->Args({4096, 128, 1});
 }

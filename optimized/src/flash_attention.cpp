@@ -512,9 +512,47 @@ struct BackwardTiles {
     }
   }
 
+  // v4's p_and_ds: 6-row micro-kernels, and whole registers for P and dS. The scores come out
+  // in base 2, S' = (scale log2 e) Q K^T, so P = 2^{S' - L log2 e} by fast_exp2; then
+  // scale dS = scale P (dP - D) lane by lane; hidden keys and padding set to 0 afterwards.
+  void p_and_ds_fast(std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp,
+                     float* ds) const {
+    using detail::FloatBatch;
+    const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
+    const auto log2e = static_cast<float>(std::numbers::log2e);
+    detail::score_tile<6>(q.data() + (h * seq_q + r0) * d, d, kt.data() + (h * k_tiles + j) * d * bc_pad, bc_pad, p,
+                          bc_pad, rows, bc_pad, scale * log2e);
+    detail::score_tile<6>(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.data() + (h * k_tiles + j) * d_v * bc_pad,
+                          bc_pad, dp, bc_pad, rows, bc_pad, 1.0f);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t i = r0 + r;
+      const float l_i = lse(h, i);
+      const IndexRange visible = l_i == neg_inf ? IndexRange{} : visible_columns(cfg.mask, dims, i, c0, cols);
+      float* prow = p + r * bc_pad;
+      float* dsrow = ds + r * bc_pad;
+      if (!visible.empty()) {
+        const FloatBatch lse_base2(l_i * log2e), delta_i(delta[h * seq_q + i]), vscale(scale);
+        for (std::size_t c = 0; c < bc_pad; c += detail::kLanes) {
+          const FloatBatch pc = detail::fast_exp2(FloatBatch::load_unaligned(prow + c) - lse_base2);  // P = 2^{S' - L'}
+          pc.store_unaligned(prow + c);
+          (vscale * pc * (FloatBatch::load_unaligned(dp + r * bc_pad + c) - delta_i)).store_unaligned(dsrow + c);
+        }
+      }
+      std::fill(prow, prow + visible.begin, 0.0f);
+      std::fill(dsrow, dsrow + visible.begin, 0.0f);
+      std::fill(prow + visible.end, prow + bc_pad, 0.0f);
+      std::fill(dsrow + visible.end, dsrow + bc_pad, 0.0f);
+    }
+  }
+
   // Key tile j of head h against every query tile that sees it: dV_j = sum P^T dO and
   // dK_j = sum scale dS^T Q, written to g; with `dq_partial` ([seq_q, d_pad] of this head), also
   // dQ += scale dS K_j there, so one pass computes all three gradients.
+  // kV4: p_and_ds_fast, 6-row micro-kernels, and dV, dK accumulated straight from the tiles of P
+  // and dS (accumulate_pv's kTransposedP) instead of from transposed copies.
+  template <bool kV4 = false>
   void key_tile(std::size_t h, std::size_t j, float* scratch, FlashGrads& g, float* dq_partial) const {
     const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
@@ -530,6 +568,14 @@ struct BackwardTiles {
     const IndexRange queries = cfg.mask.query_range_of_keys(c0, c0 + cols, seq_q, seq_k);
     for (std::size_t r0 = queries.begin / br * br; r0 < queries.end; r0 += br) {
       const std::size_t rows = std::min(br, seq_q - r0);
+      if constexpr (kV4) {
+        p_and_ds_fast(h, r0, rows, j, p, dp, ds);
+        detail::accumulate_pv<6>(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_partial + r0 * d_pad,
+                                 rows, cols);
+        detail::accumulate_pv<6, true>(p, bc_pad, do_pad.data() + (h * seq_q + r0) * dv_pad, dv_pad, dv_acc, cols, rows);
+        detail::accumulate_pv<6, true>(ds, bc_pad, q_pad.data() + (h * seq_q + r0) * d_pad, d_pad, dk_acc, cols, rows);
+        continue;
+      }
       p_and_ds(h, r0, rows, j, p, dp, ds);
       if (dq_partial)
         detail::accumulate_pv(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_partial + r0 * d_pad, rows,
@@ -638,10 +684,39 @@ FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const
   return g;
 }
 
+// v4: threads over heads, as ATen's CPU kernel: a head's three gradients accumulate in place in
+// its thread's buffers, with v3's tile pair (five products) on 6-row kernels and whole registers.
+FlashGrads flash_attention_backward_v4(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
+  const auto scale =
+      static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
+  require_supported("flash_attention_backward", cfg.mask, kFlashMaskSupport);
+  const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
+  const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = tiles.dims;
+  FlashGrads g = tiles.zero_grads();
+  // Per thread: the tiles of key_tile, and dQ of the head it works on, [seq_q, d_pad].
+  const std::size_t per_thread = tiles.per_thread + seq_q * tiles.d_pad;
+  std::vector<float> scratch(static_cast<std::size_t>(omp_get_max_threads()) * per_thread);
+#pragma omp parallel for schedule(dynamic)
+  for (std::ptrdiff_t head = 0; head < static_cast<std::ptrdiff_t>(heads); ++head) {
+    const auto h = static_cast<std::size_t>(head);
+    float* mine = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    float* dq_head = mine + tiles.per_thread;
+    std::fill(dq_head, dq_head + seq_q * tiles.d_pad, 0.0f);
+    for (std::size_t j = 0; j < k_tiles; ++j) tiles.key_tile<true>(h, j, mine, g, dq_head);
+    for (std::size_t i = 0; i < seq_q; ++i)
+      std::copy(dq_head + i * tiles.d_pad, dq_head + i * tiles.d_pad + d, g.dq.data() + (h * seq_q + i) * d);
+  }
+  return g;
+}
+
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg) {
-  // v3's threads share one head's key tiles: with fewer than two tiles per thread they would idle,
-  // and v2's tasks over (head, tile) of all heads keep them busy instead.
+  // v4 gives each thread whole heads: when the heads split evenly over the threads. Otherwise v3's
+  // threads share one head's key tiles; with fewer than two tiles per thread they would idle, and
+  // v2's tasks over (head, tile) of all heads keep them busy instead.
+  if (q.shape()[0] % static_cast<std::size_t>(omp_get_max_threads()) == 0)
+    return flash_attention_backward_v4(q, k, v, out, lse, dout, cfg);
   const std::size_t k_tiles = (k.shape()[1] + std::max<std::size_t>(cfg.block_k, 1) - 1) / std::max<std::size_t>(cfg.block_k, 1);
   if (k_tiles >= 2 * static_cast<std::size_t>(omp_get_max_threads()))
     return flash_attention_backward_v3(q, k, v, out, lse, dout, cfg);

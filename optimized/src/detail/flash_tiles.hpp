@@ -102,7 +102,7 @@ inline void score_tile(const float* q, std::size_t d, const float* kt, std::size
 }
 
 /// Rows [r, r + kRows) of accumulate_pv (see there).
-template <std::size_t kRows>
+template <std::size_t kRows, bool kTransposedP = false>
 inline void accumulate_pv_rows(const float* p, std::size_t lds, const float* v, std::size_t ldv, float* o, std::size_t r,
                                std::size_t cols, std::size_t ldo, const float* v_ahead) {
   for (std::size_t e = 0; e < ldo; e += kTileCols) {
@@ -118,7 +118,7 @@ inline void accumulate_pv_rows(const float* p, std::size_t lds, const float* v, 
         if (v_ahead != nullptr && r == 0) prefetch_line(v_ahead + c * ldv + e + x * kLanes);
       }
       for (std::size_t i = 0; i < kRows; ++i) {
-        const FloatBatch a(p[(r + i) * lds + c]);
+        const FloatBatch a(kTransposedP ? p[c * lds + r + i] : p[(r + i) * lds + c]);
         for (std::size_t x = 0; x < kVectors; ++x) acc[i][x] = xsimd::fma(a, b[x], acc[i][x]);
       }
     }
@@ -135,13 +135,17 @@ inline void accumulate_pv_rows(const float* p, std::size_t lds, const float* v, 
 /// register loaded from row c of V asks for the same 64 bytes of row c of `v_ahead` (a software
 /// prefetch into L2), so that a caller streaming V from memory has the rows it will need next
 /// arriving while these are multiplied (chapter 05's decode).
-template <std::size_t kRows = 4>
+///
+/// With kTransposedP, p holds P transposed: P[r][c] is p[c lds + r] (the backward pass's
+/// dV += P^T dO reads its tile of P that way, with no transposed copy: the kRows elements
+/// broadcast together are neighbours in memory).
+template <std::size_t kRows = 4, bool kTransposedP = false>
 inline void accumulate_pv(const float* p, std::size_t lds, const float* v, std::size_t ldv, float* o, std::size_t rows,
                           std::size_t cols, std::size_t ldo = 0, const float* v_ahead = nullptr) {
   if (ldo == 0) ldo = ldv;
   std::size_t r = 0;
-  for (; r + kRows <= rows; r += kRows) accumulate_pv_rows<kRows>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
-  for (; r < rows; ++r) accumulate_pv_rows<1>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
+  for (; r + kRows <= rows; r += kRows) accumulate_pv_rows<kRows, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
+  for (; r < rows; ++r) accumulate_pv_rows<1, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
 }
 
 /// The online softmax's step on one row of a score tile, srow[0, width) (width a multiple of

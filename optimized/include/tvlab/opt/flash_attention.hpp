@@ -84,8 +84,19 @@ FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
 /// @ingroup ch04
-/// The backward pass: v3 when each thread gets at least two key tiles of a head, else v2 (whose
-/// tasks span all heads).
+/// The backward pass v4: threads over heads, as ATen's CPU kernel, so that each head's
+/// \f$ dQ, dK, dV \f$ accumulate in place (no per-thread \f$ dQ \f$ buffers to sum, no barrier per
+/// head). The tile pair is v3's five products on the forward v3's 6-row micro-kernels; \f$ P \f$
+/// and \f$ dS \f$ are computed on whole registers, \f$ P = 2^{S \log_2 e - L \log_2 e} \f$ by
+/// `fast_exp2` (v3 calls `std::exp` one score at a time); \f$ dV \mathrel{+}= P^\top dO \f$ and
+/// \f$ dK \mathrel{+}= \text{scale}\, dS^\top Q \f$ read the tiles of P and dS column-wise instead of
+/// transposed copies. Extra memory: v2's, plus per thread one head's \f$ dQ \f$ (`seq_q x d_pad`).
+FlashGrads flash_attention_backward_v4(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
+                                       const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
+
+/// @ingroup ch04
+/// The backward pass: v4 when the heads split evenly over the threads; else v3 when each thread
+/// gets at least two key tiles of a head, else v2 (whose tasks span all heads).
 FlashGrads flash_attention_backward(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                     const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
