@@ -48,6 +48,31 @@ IndexRange visible_columns(const AttentionMask& mask, const FlashDims& dims, std
 
 std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
+// The rows of a [heads, n, width] tensor as the accumulation kernels read them, `width_pad`
+// floats apart (width rounded up to whole micro-kernel blocks): the tensor itself when its rows
+// are already whole blocks (d = 64, 128, ...), else a copy with zeros in the padding.
+class PaddedRows {
+ public:
+  PaddedRows(const Tensor3& t, std::size_t width_pad) : data_(t.data()) {
+    const std::size_t width = t.shape()[2], rows = t.shape()[0] * t.shape()[1];
+    if (width == width_pad) return;
+    copy_.assign(rows * width_pad, 0.0f);
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(rows); ++r) {
+      const float* row = t.data() + static_cast<std::size_t>(r) * width;
+      std::copy(row, row + width, copy_.data() + static_cast<std::size_t>(r) * width_pad);
+    }
+    data_ = copy_.data();
+  }
+  PaddedRows(const PaddedRows&) = delete;  // data_ may point into copy_
+  PaddedRows& operator=(const PaddedRows&) = delete;
+  const float* data() const { return data_; }
+
+ private:
+  std::vector<float> copy_;
+  const float* data_;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------- v1
@@ -252,10 +277,11 @@ FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const
   const std::size_t step = std::clamp(kL1Floats / d / kTileCols * kTileCols, kTileCols, bc_pad);
   const std::size_t steps = (bc + step - 1) / step;  // per key tile
 
-  // Packed once per call: K^T per (head, key tile, step), [d, step] with zeros in the padding;
-  // V per key tile, [bc, dv_pad] (a step's rows are a contiguous slice of it).
-  const std::size_t kt_step = d * step, v_tile = bc * dv_pad;
-  std::vector<float> kt(heads * k_tiles * steps * kt_step, 0.0f), vp(heads * k_tiles * v_tile, 0.0f);
+  // Packed once per call: K^T per (head, key tile, step), [d, step] with zeros in the padding.
+  // V's rows are read in place (copied only when d_v is not a whole number of micro-kernel blocks).
+  const std::size_t kt_step = d * step;
+  std::vector<float> kt(heads * k_tiles * steps * kt_step, 0.0f);
+  const PaddedRows v_rows(v, dv_pad);
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
     const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
@@ -264,8 +290,6 @@ FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const
       const float* krow = k.data() + (h * seq_k + c0 + c) * d;
       float* kt_column = kt.data() + (static_cast<std::size_t>(t) * steps + c / step) * kt_step + c % step;
       for (std::size_t e = 0; e < d; ++e) kt_column[e * step] = krow[e];
-      const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
-      std::copy(vrow, vrow + d_v, vp.data() + static_cast<std::size_t>(t) * v_tile + c * dv_pad);
     }
   }
 
@@ -323,8 +347,7 @@ FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const
                                            dv_pad);
         }
         // O~ += P~ V (6-row micro-kernel).
-        detail::accumulate_pv<kRows>(s, step, vp.data() + (h * k_tiles + j) * v_tile + first * dv_pad, dv_pad, o, rows,
-                                     cols);
+        detail::accumulate_pv<kRows>(s, step, v_rows.data() + (h * seq_k + c0) * dv_pad, dv_pad, o, rows, cols);
       }
     }
     // O = O~ / l, L = (m + log2 l) ln 2 (back to base e); a row that saw no key: O = 0, L = -inf.
@@ -441,26 +464,22 @@ struct BackwardTiles {
   FlashDims dims;
   float scale;
   std::size_t bc_pad, br_pad, d_pad, dv_pad;
-  std::vector<float> kt, vt, k_pad, q_pad, do_pad, delta;
+  PaddedRows k_pad, q_pad, do_pad;
+  std::vector<float> kt, vt, delta;
   std::size_t per_thread;  // scratch floats per thread: see key_tile
 
   BackwardTiles(const Tensor3& q_, const Tensor3& k, const Tensor3& v, const Tensor3& out, const Tensor2& lse_,
                 const Tensor3& dout_, const FlashConfig& cfg_, float scale_)
-      : q(q_), dout(dout_), lse(lse_), cfg(cfg_), dims(q_, k, v, cfg_), scale(scale_) {
+      : q(q_), dout(dout_), lse(lse_), cfg(cfg_), dims(q_, k, v, cfg_), scale(scale_),
+        bc_pad(round_up(dims.bc, detail::kTileCols)), br_pad(round_up(dims.br, detail::kTileCols)),
+        d_pad(round_up(dims.d, detail::kTileCols)), dv_pad(round_up(dims.d_v, detail::kTileCols)), k_pad(k, d_pad),
+        q_pad(q_, d_pad), do_pad(dout_, dv_pad) {
     const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
-    const std::size_t w = detail::kTileCols;
-    bc_pad = round_up(bc, w);
-    br_pad = round_up(br, w);
-    d_pad = round_up(d, w);
-    dv_pad = round_up(d_v, w);
     // Per thread: p, dp, ds [br, bc_pad]; the transposes of p and dS [bc, br_pad]; the dK and dV
     // accumulators [bc, d_pad + dv_pad] (or a dQ accumulator [br, d_pad] in the dQ pass).
     per_thread = 3 * br * bc_pad + 2 * bc * br_pad + bc * (d_pad + dv_pad) + br * d_pad;
     kt.assign(heads * k_tiles * d * bc_pad, 0.0f);  // zeros in the padding
     vt.assign(heads * k_tiles * d_v * bc_pad, 0.0f);
-    k_pad.assign(heads * seq_k * d_pad, 0.0f);
-    q_pad.assign(heads * seq_q * d_pad, 0.0f);
-    do_pad.assign(heads * seq_q * dv_pad, 0.0f);
     delta.assign(heads * seq_q, 0.0f);
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
@@ -470,14 +489,11 @@ struct BackwardTiles {
         const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
         for (std::size_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(t) * d * bc_pad + e * bc_pad + c] = krow[e];
         for (std::size_t e = 0; e < d_v; ++e) vt[static_cast<std::size_t>(t) * d_v * bc_pad + e * bc_pad + c] = vrow[e];
-        std::copy(krow, krow + d, k_pad.data() + (h * seq_k + c0 + c) * d_pad);
       }
     }
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t r = 0; r < static_cast<std::ptrdiff_t>(heads * seq_q); ++r) {
       const auto row = static_cast<std::size_t>(r);
-      std::copy(q.data() + row * d, q.data() + (row + 1) * d, q_pad.data() + row * d_pad);
-      std::copy(dout.data() + row * d_v, dout.data() + (row + 1) * d_v, do_pad.data() + row * dv_pad);
       float sum = 0.0f;  // D_i = rowsum(dO_i o O_i)
       for (std::size_t e = 0; e < d_v; ++e) sum += out.data()[row * d_v + e] * dout.data()[row * d_v + e];
       delta[row] = sum;
