@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numbers>
 #include <numeric>
 #include <vector>
@@ -47,6 +48,11 @@ IndexRange visible_columns(const AttentionMask& mask, const FlashDims& dims, std
 }
 
 std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+// A float buffer left unwritten (std::vector would zero it, one thread touching every page while
+// the others wait): the parallel loops that fill it write every element that is read, so its
+// pages are first touched, and zeroed by the system, in parallel.
+std::unique_ptr<float[]> unfilled_floats(std::size_t n) { return std::unique_ptr<float[]>(new float[n]); }
 
 // The rows of a [heads, n, width] tensor as the accumulation kernels read them, `width_pad`
 // floats apart (width rounded up to whole micro-kernel blocks): the tensor itself when its rows
@@ -280,15 +286,17 @@ FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const
   // Packed once per call: K^T per (head, key tile, step), [d, step] with zeros in the padding.
   // V's rows are read in place (copied only when d_v is not a whole number of micro-kernel blocks).
   const std::size_t kt_step = d * step;
-  std::vector<float> kt(heads * k_tiles * steps * kt_step, 0.0f);
+  const auto kt = unfilled_floats(heads * k_tiles * steps * kt_step);
   const PaddedRows v_rows(v, dv_pad);
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
     const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
     const std::size_t cols = std::min(bc, seq_k - c0);
+    float* tile = kt.get() + static_cast<std::size_t>(t) * steps * kt_step;
+    std::fill(tile, tile + steps * kt_step, 0.0f);  // zeros in the padding
     for (std::size_t c = 0; c < cols; ++c) {
       const float* krow = k.data() + (h * seq_k + c0 + c) * d;
-      float* kt_column = kt.data() + (static_cast<std::size_t>(t) * steps + c / step) * kt_step + c % step;
+      float* kt_column = tile + (c / step) * kt_step + c % step;
       for (std::size_t e = 0; e < d; ++e) kt_column[e * step] = krow[e];
     }
   }
@@ -329,7 +337,7 @@ FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const
         const std::size_t c0 = j * bc + first, cols = std::min(step, tile_cols - first);
         const std::size_t width = round_up(cols, kTileCols);
         // S = Q' K^T (6-row micro-kernel) with each row's max on the way out.
-        detail::score_tile<kRows>(q_rows, d, kt.data() + ((h * k_tiles + j) * steps + first / step) * kt_step, step, s,
+        detail::score_tile<kRows>(q_rows, d, kt.get() + ((h * k_tiles + j) * steps + first / step) * kt_step, step, s,
                                   step, rows, width, 1.0f, row_max);
         for (std::size_t r = 0; r < rows; ++r) {
           float* srow = s + r * step;
@@ -465,7 +473,7 @@ struct BackwardTiles {
   float scale;
   std::size_t bc_pad, br_pad, d_pad, dv_pad;
   PaddedRows k_pad, q_pad, do_pad;
-  std::vector<float> kt, vt, delta;
+  std::unique_ptr<float[]> kt, vt, delta;
   std::size_t per_thread;  // scratch floats per thread: see key_tile
 
   BackwardTiles(const Tensor3& q_, const Tensor3& k, const Tensor3& v, const Tensor3& out, const Tensor2& lse_,
@@ -478,17 +486,21 @@ struct BackwardTiles {
     // Per thread: p, dp, ds [br, bc_pad]; the transposes of p and dS [bc, br_pad]; the dK and dV
     // accumulators [bc, d_pad + dv_pad] (or a dQ accumulator [br, d_pad] in the dQ pass).
     per_thread = 3 * br * bc_pad + 2 * bc * br_pad + bc * (d_pad + dv_pad) + br * d_pad;
-    kt.assign(heads * k_tiles * d * bc_pad, 0.0f);  // zeros in the padding
-    vt.assign(heads * k_tiles * d_v * bc_pad, 0.0f);
-    delta.assign(heads * seq_q, 0.0f);
+    kt = unfilled_floats(heads * k_tiles * d * bc_pad);
+    vt = unfilled_floats(heads * k_tiles * d_v * bc_pad);
+    delta = unfilled_floats(heads * seq_q);
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * k_tiles); ++t) {
       const std::size_t h = static_cast<std::size_t>(t) / k_tiles, c0 = (static_cast<std::size_t>(t) % k_tiles) * bc;
+      float* kt_tile = kt.get() + static_cast<std::size_t>(t) * d * bc_pad;
+      float* vt_tile = vt.get() + static_cast<std::size_t>(t) * d_v * bc_pad;
+      std::fill(kt_tile, kt_tile + d * bc_pad, 0.0f);  // zeros in the padding
+      std::fill(vt_tile, vt_tile + d_v * bc_pad, 0.0f);
       for (std::size_t c = 0; c < std::min(bc, seq_k - c0); ++c) {
         const float* krow = k.data() + (h * seq_k + c0 + c) * d;
         const float* vrow = v.data() + (h * seq_k + c0 + c) * d_v;
-        for (std::size_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(t) * d * bc_pad + e * bc_pad + c] = krow[e];
-        for (std::size_t e = 0; e < d_v; ++e) vt[static_cast<std::size_t>(t) * d_v * bc_pad + e * bc_pad + c] = vrow[e];
+        for (std::size_t e = 0; e < d; ++e) kt_tile[e * bc_pad + c] = krow[e];
+        for (std::size_t e = 0; e < d_v; ++e) vt_tile[e * bc_pad + c] = vrow[e];
       }
     }
 #pragma omp parallel for schedule(static)
@@ -506,9 +518,9 @@ struct BackwardTiles {
     const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
-    detail::score_tile(q.data() + (h * seq_q + r0) * d, d, kt.data() + (h * k_tiles + j) * d * bc_pad, bc_pad, p, bc_pad,
+    detail::score_tile(q.data() + (h * seq_q + r0) * d, d, kt.get() + (h * k_tiles + j) * d * bc_pad, bc_pad, p, bc_pad,
                        rows, bc_pad, scale);
-    detail::score_tile(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.data() + (h * k_tiles + j) * d_v * bc_pad, bc_pad,
+    detail::score_tile(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.get() + (h * k_tiles + j) * d_v * bc_pad, bc_pad,
                        dp, bc_pad, rows, bc_pad, 1.0f);
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t i = r0 + r;
@@ -538,9 +550,9 @@ struct BackwardTiles {
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
     const auto log2e = static_cast<float>(std::numbers::log2e);
-    detail::score_tile<6>(q.data() + (h * seq_q + r0) * d, d, kt.data() + (h * k_tiles + j) * d * bc_pad, bc_pad, p,
+    detail::score_tile<6>(q.data() + (h * seq_q + r0) * d, d, kt.get() + (h * k_tiles + j) * d * bc_pad, bc_pad, p,
                           bc_pad, rows, bc_pad, scale * log2e);
-    detail::score_tile<6>(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.data() + (h * k_tiles + j) * d_v * bc_pad,
+    detail::score_tile<6>(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.get() + (h * k_tiles + j) * d_v * bc_pad,
                           bc_pad, dp, bc_pad, rows, bc_pad, 1.0f);
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t i = r0 + r;
@@ -709,7 +721,9 @@ FlashGrads flash_attention_backward_v4(const Tensor3& q, const Tensor3& k, const
   require_supported("flash_attention_backward", cfg.mask, kFlashMaskSupport);
   const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
   const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = tiles.dims;
-  FlashGrads g = tiles.zero_grads();
+  // Not zeroed: each head's thread writes every row of its dQ, dK and dV once.
+  FlashGrads g{Tensor3::from_shape({heads, seq_q, d}), Tensor3::from_shape({heads, seq_k, d}),
+               Tensor3::from_shape({heads, seq_k, d_v})};
   // Per thread: the tiles of key_tile, and dQ of the head it works on, [seq_q, d_pad].
   const std::size_t per_thread = tiles.per_thread + seq_q * tiles.d_pad;
   std::vector<float> scratch(static_cast<std::size_t>(omp_get_max_threads()) * per_thread);
