@@ -91,14 +91,21 @@ inline void score_rows(const float* q, std::size_t d, const float* kt, std::size
 /// S[r][c] = scale * sum_e Q[r][e] Kt[e][c] for r < rows, c < cols_padded (a multiple of
 /// kTileCols). Q is row-major `[rows, d]`; Kt is K transposed, `[d, ldk]`; S is `[rows, lds]`.
 /// kRows query rows at a time share every load of Kt (4 in v2; v3's 6 x 4 registers load Kt
-/// two-thirds as often per FMA); the last rows % kRows rows go one at a time. With `row_max`
+/// two-thirds as often per FMA); the last rows % kRows rows form one smaller block. With `row_max`
 /// (`[rows]`), each row's largest score is kept on the way out of the registers.
 template <std::size_t kRows = 4>
 inline void score_tile(const float* q, std::size_t d, const float* kt, std::size_t ldk, float* s, std::size_t lds,
                        std::size_t rows, std::size_t cols_padded, float scale, float* row_max = nullptr) {
   std::size_t r = 0;
   for (; r + kRows <= rows; r += kRows) score_rows<kRows>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max);
-  for (; r < rows; ++r) score_rows<1>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max);
+  switch (rows - r) {  // the last rows % kRows rows as one block
+    case 0: break;
+    case 1: score_rows<1>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max); break;
+    case 2: score_rows<2>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max); break;
+    case 3: score_rows<3>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max); break;
+    case 4: score_rows<4>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max); break;
+    default: score_rows<5>(q, d, kt, ldk, s, lds, r, cols_padded, scale, row_max); break;
+  }
 }
 
 /// Rows [r, r + kRows) of accumulate_pv (see there).
@@ -145,7 +152,14 @@ inline void accumulate_pv(const float* p, std::size_t lds, const float* v, std::
   if (ldo == 0) ldo = ldv;
   std::size_t r = 0;
   for (; r + kRows <= rows; r += kRows) accumulate_pv_rows<kRows, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
-  for (; r < rows; ++r) accumulate_pv_rows<1, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead);
+  switch (rows - r) {  // the last rows % kRows rows as one block
+    case 0: break;
+    case 1: accumulate_pv_rows<1, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead); break;
+    case 2: accumulate_pv_rows<2, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead); break;
+    case 3: accumulate_pv_rows<3, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead); break;
+    case 4: accumulate_pv_rows<4, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead); break;
+    default: accumulate_pv_rows<5, kTransposedP>(p, lds, v, ldv, o, r, cols, ldo, v_ahead); break;
+  }
 }
 
 /// The online softmax's step on one row of a score tile, srow[0, width) (width a multiple of
