@@ -49,6 +49,10 @@ IndexRange visible_columns(const AttentionMask& mask, const FlashDims& dims, std
 
 std::size_t round_up(std::size_t x, std::size_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
+// 32 KiB of floats, half of a 48 KiB L1 data cache: the size v3 and the backward v4 give the
+// operand a micro-kernel streams, so that it stays in L1 for every block of rows that uses it.
+constexpr std::size_t kHalfL1Floats = 8192;
+
 // A float buffer left unwritten (std::vector would zero it, one thread touching every page while
 // the others wait): the parallel loops that fill it write every element that is read, so its
 // pages are first touched, and zeroed by the system, in parallel.
@@ -276,11 +280,10 @@ FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const
   constexpr std::size_t kRows = 6;  // query rows per micro-kernel block: 6 x kVectors accumulators
 
   // Each key tile is worked in steps of `step` keys whose packed K^T ([d, step] floats) fills at
-  // most 32 KiB, half of a 48 KiB L1 data cache: 128 keys at d = 64, 64 at d = 128. The score
-  // micro-kernel then finds K^T in L1 for every block of 6 query rows, and the P V kernel finds V.
-  constexpr std::size_t kL1Floats = 8192;
+  // most half of L1: 128 keys at d = 64, 64 at d = 128. The score micro-kernel then finds K^T in
+  // L1 for every block of 6 query rows, and the P V kernel finds V.
   const std::size_t bc_pad = round_up(bc, kTileCols), dv_pad = round_up(d_v, kTileCols);
-  const std::size_t step = std::clamp(kL1Floats / d / kTileCols * kTileCols, kTileCols, bc_pad);
+  const std::size_t step = std::clamp(kHalfL1Floats / d / kTileCols * kTileCols, kTileCols, bc_pad);
   const std::size_t steps = (bc + step - 1) / step;  // per key tile
 
   // Packed once per call: K^T per (head, key tile, step), [d, step] with zeros in the padding.
@@ -719,7 +722,15 @@ FlashGrads flash_attention_backward_v4(const Tensor3& q, const Tensor3& k, const
   const auto scale =
       static_cast<float>(validate_flash_backward("flash_attention_backward", q, k, v, out, lse, dout, cfg));
   require_supported("flash_attention_backward", cfg.mask, kFlashMaskSupport);
-  const BackwardTiles tiles(q, k, v, out, lse, dout, cfg, scale);
+  // Tiles of at most as many rows as fill half of L1 with one [rows, d] operand (K^T, K, Q or dO
+  // of a tile pair): 128 at d = 64, 64 at d = 128, and never more than cfg asks for. With 128 rows
+  // at d = 128, every operand of the five products was 64 KiB and came from L2 (12-15% slower).
+  const std::size_t width = round_up(std::max(q.shape()[2], v.shape()[2]), detail::kTileCols);
+  const std::size_t l1_rows = std::max(detail::kTileCols, kHalfL1Floats / width);
+  FlashConfig l1_tiles = cfg;
+  l1_tiles.block_q = std::min(cfg.block_q, l1_rows);
+  l1_tiles.block_k = std::min(cfg.block_k, l1_rows);
+  const BackwardTiles tiles(q, k, v, out, lse, dout, l1_tiles, scale);
   const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = tiles.dims;
   // Not zeroed: each head's thread writes every row of its dQ, dK and dV once.
   FlashGrads g{Tensor3::from_shape({heads, seq_q, d}), Tensor3::from_shape({heads, seq_k, d}),

@@ -1,8 +1,10 @@
 #pragma once
-// The tile products of flash attention's v2 as register-blocked SIMD micro-kernels (xsimd:
-// 16 floats per register with AVX-512, 8 with AVX2). Both keep a 4-row x kVectors-register block
-// of accumulators in registers and stream the other operand from L1. And the online softmax's
-// step on one row of a score tile, shared by the dense (chapter 04) and sparse (chapter 03) kernels.
+// The tile products of flash attention as register-blocked SIMD micro-kernels (xsimd: 16 floats
+// per register with AVX-512, 8 with AVX2). Both keep a kRows x kVectors-register block of
+// accumulators in registers (4 rows in v2 and the kernels of chapters 03 and 05, 6 in the forward
+// v3 and the backward v4) and stream the other operand from L1. And the online softmax's step on
+// one row of a score tile: v2's in base e (shared by the dense chapter 04 and sparse chapter 03
+// kernels), v3's in base 2 with the polynomial 2^x of fast_exp.hpp.
 
 #include <xsimd/xsimd.hpp>
 
@@ -21,8 +23,8 @@ namespace tvlab::opt::detail {
 
 using FloatBatch = xsimd::batch<float>;
 inline constexpr std::size_t kLanes = FloatBatch::size;
-// Registers per row in a micro-kernel block: 4 x 4 accumulators + 4 loads + 1 broadcast fit
-// AVX-512's 32 registers; AVX2 has 16, so 4 x 2 there.
+// Registers per row in a micro-kernel block: 6 x 4 accumulators + 4 loads + 1 broadcast fit
+// AVX-512's 32 registers (4 x 4 leaves 11 unused); AVX2 has 16, so 4 or 6 x 2 there.
 inline constexpr std::size_t kVectors = kLanes >= 16 ? 4 : 2;
 inline constexpr std::size_t kTileCols = kVectors * kLanes;  // columns per micro-kernel block
 

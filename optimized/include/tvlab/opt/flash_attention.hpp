@@ -90,7 +90,9 @@ FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const
 /// and \f$ dS \f$ are computed on whole registers, \f$ P = 2^{S \log_2 e - L \log_2 e} \f$ by
 /// `fast_exp2` (v3 calls `std::exp` one score at a time); \f$ dV \mathrel{+}= P^\top dO \f$ and
 /// \f$ dK \mathrel{+}= \text{scale}\, dS^\top Q \f$ read the tiles of P and dS column-wise instead of
-/// transposed copies. Extra memory: v2's, plus per thread one head's \f$ dQ \f$ (`seq_q x d_pad`).
+/// transposed copies. Its tiles are `cfg`'s, shrunk where needed so that one `[rows, d]` operand
+/// fills at most half of L1 (64 rows at d = 128). Extra memory: v2's, plus per thread one head's
+/// \f$ dQ \f$ (`seq_q x d_pad`).
 FlashGrads flash_attention_backward_v4(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
