@@ -601,6 +601,7 @@ struct BackwardTiles {
       const std::size_t rows = std::min(br, seq_q - r0);
       if constexpr (kV4) {
         p_and_ds_fast(h, r0, rows, j, p, dp, ds);
+        // dQ_i += scale dS K_j;  dV_j += P^T dO_i;  dK_j += scale dS^T Q_i (P, dS read column-wise).
         detail::accumulate_pv<6>(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_partial + r0 * d_pad,
                                  rows, cols);
         detail::accumulate_pv<6, true>(p, bc_pad, do_pad.data() + (h * seq_q + r0) * dv_pad, dv_pad, dv_acc, cols, rows);
