@@ -48,7 +48,7 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
 /// kernel keeps each row's maximum on its way out of the registers (no separate max pass). Q is
 /// multiplied once by \f$ \text{scale} \cdot \log_2 e \f$, so the weights are
 /// \f$ 2^{x - m} \f$ and come from a degree-5 polynomial (`fast_exp2`, relative error below
-/// `kFastExp2MaxRelativeError`, 4e-7, against xsimd's 1-ulp exp). The output row is rescaled
+/// `kFastExp2MaxRelativeError`, 4e-7, where xsimd's exp is within 1.3e-7). The output row is rescaled
 /// only when its maximum grows, and l is kept as a register of partial sums. Extra memory: v2's.
 FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                        const FlashConfig& cfg = {});
