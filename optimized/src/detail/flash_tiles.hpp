@@ -25,6 +25,8 @@ using FloatBatch = xsimd::batch<float>;
 inline constexpr std::size_t kLanes = FloatBatch::size;
 // Registers per row in a micro-kernel block: 6 x 4 accumulators + 4 loads + 1 broadcast fit
 // AVX-512's 32 registers (4 x 4 leaves 11 unused); AVX2 has 16, so 4 or 6 x 2 there.
+// (score_rows' running row maxima do not fit beside them and may live on the stack: they are
+// touched only as each block of columns leaves the registers.)
 inline constexpr std::size_t kVectors = kLanes >= 16 ? 4 : 2;
 inline constexpr std::size_t kTileCols = kVectors * kLanes;  // columns per micro-kernel block
 

@@ -49,7 +49,9 @@ FlashOutput flash_attention_forward_v2(const Tensor3& q, const Tensor3& k, const
 /// multiplied once by \f$ \text{scale} \cdot \log_2 e \f$, so the weights are
 /// \f$ 2^{x - m} \f$ and come from a degree-5 polynomial (`fast_exp2`, relative error below
 /// `kFastExp2MaxRelativeError`, 4e-7, where xsimd's exp is within 1.3e-7). The output row is rescaled
-/// only when its maximum grows, and l is kept as a register of partial sums. Extra memory: v2's.
+/// only when its maximum grows, and l is kept as a register of partial sums. Extra memory: the
+/// packed \f$ K^\top \f$ (V is read in place when d_v is a multiple of the micro-kernel width, else
+/// copied padded), and per thread a score tile, an output tile and \f$ B_r \f$ rows of the scaled Q.
 FlashOutput flash_attention_forward_v3(const Tensor3& q, const Tensor3& k, const Tensor3& v,
                                        const FlashConfig& cfg = {});
 
@@ -74,7 +76,7 @@ FlashGrads flash_attention_backward_v2(const Tensor3& q, const Tensor3& k, const
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
 
 /// @ingroup ch04
-/// The backward pass v3 (what `flash_attention_backward` runs): one pass, as FlashAttention-2's
+/// The backward pass v3: one pass, as FlashAttention-2's
 /// Algorithm 2. Threads share each head's key tiles; a thread forms \f$ P \f$ and \f$ dS \f$ of
 /// its tile against every query tile once and adds \f$ dV_j, dK_j \f$ and its share of \f$ dQ \f$
 /// (into a private `[seq_q, d]` buffer instead of a GPU's atomic adds); the buffers are summed
@@ -91,7 +93,7 @@ FlashGrads flash_attention_backward_v3(const Tensor3& q, const Tensor3& k, const
 /// `fast_exp2` (v3 calls `std::exp` one score at a time); \f$ dV \mathrel{+}= P^\top dO \f$ and
 /// \f$ dK \mathrel{+}= \text{scale}\, dS^\top Q \f$ read the tiles of P and dS column-wise instead of
 /// transposed copies. Its tiles are `cfg`'s, shrunk where needed so that one `[rows, d]` operand
-/// fills at most half of L1 (64 rows at d = 128). Extra memory: v2's, plus per thread one head's
+/// fills at most half of L1 (64 rows at d = 128; never below 64 rows, so above d = 128 more). Extra memory: v2's, plus per thread one head's
 /// \f$ dQ \f$ (`seq_q x d_pad`).
 FlashGrads flash_attention_backward_v4(const Tensor3& q, const Tensor3& k, const Tensor3& v, const Tensor3& out,
                                        const Tensor2& lse, const Tensor3& dout, const FlashConfig& cfg = {});
