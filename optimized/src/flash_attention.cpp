@@ -517,14 +517,21 @@ struct BackwardTiles {
 
   // P and scale * dS of query tile [r0, r0 + rows) against key tile j, into p and ds
   // ([rows, bc_pad]); masked keys, padding and queries that saw no key give 0. dp is scratch.
+  // kV4: 6-row micro-kernels, and whole registers for P and dS. The scores come out in base 2,
+  // S' = (scale log2 e) Q K^T, so P = 2^{S' - L log2 e} by fast_exp2 over the padded row; the
+  // hidden keys and the padding are set to 0 afterwards.
+  template <bool kV4 = false>
   void p_and_ds(std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp, float* ds) const {
+    using detail::FloatBatch;
     const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    constexpr std::size_t kRows = kV4 ? 6 : 4;
+    const auto log2e = static_cast<float>(kV4 ? std::numbers::log2e : 1.0);
     const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
-    detail::score_tile(q.data() + (h * seq_q + r0) * d, d, kt.get() + (h * k_tiles + j) * d * bc_pad, bc_pad, p, bc_pad,
-                       rows, bc_pad, scale);
-    detail::score_tile(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.get() + (h * k_tiles + j) * d_v * bc_pad, bc_pad,
-                       dp, bc_pad, rows, bc_pad, 1.0f);
+    detail::score_tile<kRows>(q.data() + (h * seq_q + r0) * d, d, kt.get() + (h * k_tiles + j) * d * bc_pad, bc_pad, p,
+                              bc_pad, rows, bc_pad, scale * log2e);
+    detail::score_tile<kRows>(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.get() + (h * k_tiles + j) * d_v * bc_pad,
+                              bc_pad, dp, bc_pad, rows, bc_pad, 1.0f);
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t i = r0 + r;
       const float l_i = lse(h, i), d_i = delta[h * seq_q + i];
@@ -532,43 +539,19 @@ struct BackwardTiles {
       float* prow = p + r * bc_pad;
       float* dprow = dp + r * bc_pad;
       float* dsrow = ds + r * bc_pad;
-      for (std::size_t c = visible.begin; c < visible.end; ++c) {
-        prow[c] = std::exp(prow[c] - l_i);                // P = e^{S - L}
-        dsrow[c] = scale * prow[c] * (dprow[c] - d_i);    // scale dS = scale P (dP - D)
-      }
-      std::fill(prow, prow + visible.begin, 0.0f);
-      std::fill(dsrow, dsrow + visible.begin, 0.0f);
-      std::fill(prow + visible.end, prow + bc_pad, 0.0f);
-      std::fill(dsrow + visible.end, dsrow + bc_pad, 0.0f);
-    }
-  }
-
-  // v4's p_and_ds: 6-row micro-kernels, and whole registers for P and dS. The scores come out
-  // in base 2, S' = (scale log2 e) Q K^T, so P = 2^{S' - L log2 e} by fast_exp2; then
-  // scale dS = scale P (dP - D) lane by lane; hidden keys and padding set to 0 afterwards.
-  void p_and_ds_fast(std::size_t h, std::size_t r0, std::size_t rows, std::size_t j, float* p, float* dp,
-                     float* ds) const {
-    using detail::FloatBatch;
-    const auto& [heads, seq_q, d, seq_k, d_v, br, bc, q_tiles, k_tiles] = dims;
-    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-    const std::size_t c0 = j * bc, cols = std::min(bc, seq_k - c0);
-    const auto log2e = static_cast<float>(std::numbers::log2e);
-    detail::score_tile<6>(q.data() + (h * seq_q + r0) * d, d, kt.get() + (h * k_tiles + j) * d * bc_pad, bc_pad, p,
-                          bc_pad, rows, bc_pad, scale * log2e);
-    detail::score_tile<6>(dout.data() + (h * seq_q + r0) * d_v, d_v, vt.get() + (h * k_tiles + j) * d_v * bc_pad,
-                          bc_pad, dp, bc_pad, rows, bc_pad, 1.0f);
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t i = r0 + r;
-      const float l_i = lse(h, i);
-      const IndexRange visible = l_i == neg_inf ? IndexRange{} : visible_columns(cfg.mask, dims, i, c0, cols);
-      float* prow = p + r * bc_pad;
-      float* dsrow = ds + r * bc_pad;
-      if (!visible.empty()) {
-        const FloatBatch lse_base2(l_i * log2e), delta_i(delta[h * seq_q + i]), vscale(scale);
-        for (std::size_t c = 0; c < bc_pad; c += detail::kLanes) {
-          const FloatBatch pc = detail::fast_exp2(FloatBatch::load_unaligned(prow + c) - lse_base2);  // P = 2^{S' - L'}
-          pc.store_unaligned(prow + c);
-          (vscale * pc * (FloatBatch::load_unaligned(dp + r * bc_pad + c) - delta_i)).store_unaligned(dsrow + c);
+      if constexpr (kV4) {
+        if (!visible.empty()) {
+          const FloatBatch lse_base2(l_i * log2e), delta_i(d_i), vscale(scale);
+          for (std::size_t c = 0; c < bc_pad; c += detail::kLanes) {
+            const FloatBatch pc = detail::fast_exp2(FloatBatch::load_unaligned(prow + c) - lse_base2);  // P = 2^{S' - L'}
+            pc.store_unaligned(prow + c);
+            (vscale * pc * (FloatBatch::load_unaligned(dprow + c) - delta_i)).store_unaligned(dsrow + c);
+          }
+        }
+      } else {
+        for (std::size_t c = visible.begin; c < visible.end; ++c) {
+          prow[c] = std::exp(prow[c] - l_i);              // P = e^{S - L}
+          dsrow[c] = scale * prow[c] * (dprow[c] - d_i);  // scale dS = scale P (dP - D)
         }
       }
       std::fill(prow, prow + visible.begin, 0.0f);
@@ -581,7 +564,7 @@ struct BackwardTiles {
   // Key tile j of head h against every query tile that sees it: dV_j = sum P^T dO and
   // dK_j = sum scale dS^T Q, written to g; with `dq_partial` ([seq_q, d_pad] of this head), also
   // dQ += scale dS K_j there, so one pass computes all three gradients.
-  // kV4: p_and_ds_fast, 6-row micro-kernels, and dV, dK accumulated straight from the tiles of P
+  // kV4: p_and_ds<true>, 6-row micro-kernels, and dV, dK accumulated straight from the tiles of P
   // and dS (accumulate_pv's kTransposedP) instead of from transposed copies.
   template <bool kV4 = false>
   void key_tile(std::size_t h, std::size_t j, float* scratch, FlashGrads& g, float* dq_partial) const {
@@ -599,8 +582,8 @@ struct BackwardTiles {
     const IndexRange queries = cfg.mask.query_range_of_keys(c0, c0 + cols, seq_q, seq_k);
     for (std::size_t r0 = queries.begin / br * br; r0 < queries.end; r0 += br) {
       const std::size_t rows = std::min(br, seq_q - r0);
+      p_and_ds<kV4>(h, r0, rows, j, p, dp, ds);
       if constexpr (kV4) {
-        p_and_ds_fast(h, r0, rows, j, p, dp, ds);
         // dQ_i += scale dS K_j;  dV_j += P^T dO_i;  dK_j += scale dS^T Q_i (P, dS read column-wise).
         detail::accumulate_pv<6>(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_partial + r0 * d_pad,
                                  rows, cols);
@@ -608,7 +591,6 @@ struct BackwardTiles {
         detail::accumulate_pv<6, true>(ds, bc_pad, q_pad.data() + (h * seq_q + r0) * d_pad, d_pad, dk_acc, cols, rows);
         continue;
       }
-      p_and_ds(h, r0, rows, j, p, dp, ds);
       if (dq_partial)
         detail::accumulate_pv(ds, bc_pad, k_pad.data() + (h * seq_k + c0) * d_pad, d_pad, dq_partial + r0 * d_pad, rows,
                               cols);

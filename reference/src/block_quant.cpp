@@ -591,35 +591,22 @@ void dequantize_block(GgmlType type, const std::uint8_t* block, float* y) {
       for (std::size_t j = 0; j < kBlock; ++j) y[j] = d * static_cast<float>(block_code(type, block, j)) + m;
       return;
     }
-    case GgmlType::q4_K: {  // x^ = d s_j q - dmin m_j, q the nibble
+    case GgmlType::q4_K:    // x^ = d s_j q - dmin m_j, q the nibble
+    case GgmlType::q5_K: {  // the same, q = nibble | fifth bit << 4 (the fifth bits before the nibbles)
       const float dmin = read_fp16(block + 2);
-      const std::uint8_t* qs = block + 16;
+      const bool fifth_bits = type == GgmlType::q5_K;
+      const std::uint8_t* qh = block + 16;  // q5_K only
+      const std::uint8_t* qs = block + (fifth_bits ? 48 : 16);
       for (std::size_t j = 0; j < kSuper / 32; ++j) {
         int sc = 0, m = 0;
         q4_k_scale_min(j, block + 4, sc, m);
         const float step = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
-        // sub-block j: run j / 2 of the nibbles, low halves for even j, high halves for odd j
-        const std::uint8_t* run = qs + 32 * (j / 2);
-        for (std::size_t l = 0; l < 32; ++l) {
-          const int q = j % 2 == 0 ? run[l] & 0x0F : run[l] >> 4;
-          y[32 * j + l] = step * static_cast<float>(q) - offset;
-        }
-      }
-      return;
-    }
-    case GgmlType::q5_K: {  // x^ = d s_j q - dmin m_j, q = nibble | fifth bit << 4
-      const float dmin = read_fp16(block + 2);
-      const std::uint8_t* qh = block + 16;
-      const std::uint8_t* qs = block + 48;
-      for (std::size_t j = 0; j < kSuper / 32; ++j) {
-        int sc = 0, m = 0;
-        q4_k_scale_min(j, block + 4, sc, m);
-        const float step = d * static_cast<float>(sc), offset = dmin * static_cast<float>(m);
-        // sub-block j: run j / 2 of the nibbles (low halves for even j), its fifth bits in bit j of qh
+        // sub-block j: run j / 2 of the nibbles, low halves for even j, high halves for odd j (its
+        // fifth bits in bit j of qh)
         const std::uint8_t* run = qs + 32 * (j / 2);
         for (std::size_t l = 0; l < 32; ++l) {
           const int low = j % 2 == 0 ? run[l] & 0x0F : run[l] >> 4;
-          const int q = low + (((qh[l] >> j) & 1) << 4);
+          const int q = fifth_bits ? low + (((qh[l] >> j) & 1) << 4) : low;
           y[32 * j + l] = step * static_cast<float>(q) - offset;
         }
       }

@@ -175,9 +175,7 @@ inline void online_softmax_row(float* srow, std::size_t width, float& m, float& 
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
   FloatBatch vmax(neg_inf);
   for (std::size_t c = 0; c < width; c += kLanes) vmax = xsimd::max(vmax, FloatBatch::load_unaligned(srow + c));
-  alignas(64) float lanes[kLanes];
-  vmax.store_aligned(lanes);
-  const float m_new = std::max(m, *std::max_element(lanes, lanes + kLanes));
+  const float m_new = std::max(m, max_of_lanes(vmax));
   if (m_new == neg_inf) {  // e^{-inf - (-inf)} would be NaN: nothing attended yet, nothing to add
     std::fill(srow, srow + width, 0.0f);
     return;
